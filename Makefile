@@ -1,0 +1,39 @@
+# The template repository's two commands: `make main` (the main job) and `make test` (every test).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+BUILD ?= build
+# What `cookiecutter --no-input` generates (see cookiecutter.json).
+PROJECT := $(BUILD)/image-classifier
+PACKAGE := image_classifier
+
+.PHONY: help setup main test lint clean
+
+help: ## Show the targets.
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.installed ## Create .venv with the pinned stack (constraints.txt).
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(BIN)/python -m pip install --quiet --constraint constraints.txt --group dev
+	touch $@
+
+main: setup ## Bake a project with the default answers, train it on its default config, validate the best checkpoint.
+	rm -rf $(PROJECT)
+	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable $(PROJECT)
+	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --config configs/default.yaml --trainer.enable_progress_bar false
+	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --config configs/default.yaml --ckpt_path best \
+		--trainer.enable_progress_bar false
+
+test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
+	$(BIN)/python -m pytest
+
+lint: setup ## Lint the template repository (generated projects are linted by the tests).
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+clean: ## Remove .venv and build/.
+	rm -rf $(VENV) $(BUILD)

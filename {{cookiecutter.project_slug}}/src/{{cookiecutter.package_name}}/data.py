@@ -1,0 +1,166 @@
+"""The LightningDataModule: splits, loaders and their settings for the embedded gratings task."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .sampling import EpochSampler
+from .synthetic import SyntheticImages, render_gratings
+
+SPLITS = ("train", "val", "test")
+
+
+class SyntheticDataModule(pl.LightningDataModule):
+    """Oriented gratings under noise, generated from a seed; no download, no extra dependency.
+
+    ``num_classes``, ``in_channels`` and ``image_size`` are read by the CLI and linked into the
+    network, so they are set in this one place.
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 10,
+        image_size: int = 28,
+        in_channels: int = 1,
+        train_size: int = 10_000,
+        val_size: int = 2_000,
+        test_size: int = 2_000,
+        noise: float = 0.9,
+        max_shift: int = 2,
+        seed: int = 0,
+        data_dir: str | None = None,
+        batch_size: int = 128,
+        num_workers: int | None = None,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = True,
+        prefetch_factor: int = 2,
+    ) -> None:
+        """Configures the data.
+
+        Args:
+            num_classes: Number of grating orientations to tell apart.
+            image_size: Height and width of the images.
+            in_channels: Image channels.
+            train_size: Training samples.
+            val_size: Validation samples.
+            test_size: Test samples (also the predict set).
+            noise: Standard deviation of the Gaussian pixel noise; the grating's amplitude is <= 1.
+            max_shift: Largest random translation, in pixels, applied to training samples.
+            seed: Seed of the data itself, independent of the training seed.
+            data_dir: Where ``prepare_data`` caches the rendered splits; ``None`` renders in memory
+                in every process (deterministic, so all ranks agree).
+            batch_size: Samples per batch, per process.
+            num_workers: DataLoader worker processes; ``None`` picks
+                ``min(4, cpus_per_process - 1)``, where CPUs are shared among this node's processes.
+            pin_memory: Pin host memory for faster, asynchronous copies; ``None`` means on exactly
+                when training on a GPU.
+            persistent_workers: Keep workers alive between epochs (when ``num_workers > 0``).
+            prefetch_factor: Batches each worker loads ahead (when ``num_workers > 0``).
+        """
+        super().__init__()
+        for name, value in {"num_classes": num_classes, "image_size": image_size, "in_channels": in_channels}.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
+        if train_size < batch_size:
+            raise ValueError(f"train_size={train_size} is smaller than batch_size={batch_size}: no full batch")
+        if num_workers is not None and num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0 or null, got {num_workers}")
+        self.num_classes, self.image_size, self.in_channels = num_classes, image_size, in_channels
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.noise, self.max_shift, self.seed = noise, max_shift, seed
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.batch_size = batch_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.persistent_workers, self.prefetch_factor = persistent_workers, prefetch_factor
+        self.datasets: dict[str, SyntheticImages] = {}
+
+    def prepare_data(self) -> None:
+        # Runs once per node, before `setup`: the place for downloads and caches, never for state.
+        if self.data_dir is None:
+            return
+        for split in SPLITS:
+            path = self._cache_path(split)
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                images, labels = self._render(split)
+                partial = path.with_suffix(f".{os.getpid()}.tmp")
+                torch.save({"images": images, "labels": labels}, partial)
+                os.replace(partial, path)  # a reader never sees a half-written cache
+
+    def setup(self, stage: str) -> None:
+        # Runs in every process: build the state this process needs.
+        for split in SPLITS:
+            if split not in self.datasets:
+                images, labels = self._load(split)
+                self.datasets[split] = SyntheticImages(
+                    images, labels, self.noise, self.max_shift, self._split_seed(split), augment=split == "train"
+                )
+
+    def train_dataloader(self) -> DataLoader:
+        dataset = self.datasets["train"]
+        world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
+        sampler = EpochSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.seed)
+        # drop_last keeps every training batch the same shape, so a compiled graph is never rebuilt.
+        return self._loader(dataset, sampler=sampler, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["val"])
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["test"])
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.datasets["test"])
+
+    def resolved_num_workers(self) -> int:
+        """Workers per process: the configured count, or one less than this process's CPU share."""
+        if self.num_workers is not None:
+            return self.num_workers
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        local_processes = self.trainer.num_devices if self.trainer else 1
+        return max(0, min(4, cpus // local_processes - 1))
+
+    def _loader(self, dataset: Dataset, sampler: Sampler | None = None, drop_last: bool = False) -> DataLoader:
+        workers = self.resolved_num_workers()
+        on_gpu = bool(self.trainer) and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            num_workers=workers,
+            pin_memory=on_gpu if self.pin_memory is None else self.pin_memory,
+            persistent_workers=self.persistent_workers and workers > 0,
+            prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            sampler=sampler,
+            drop_last=drop_last,
+        )
+
+    def _split_seed(self, split: str) -> int:
+        return self.seed * len(SPLITS) + SPLITS.index(split)
+
+    def _render(self, split: str) -> tuple[Tensor, Tensor]:
+        return render_gratings(
+            self.sizes[split], self.num_classes, self.image_size, self.in_channels, self._split_seed(split)
+        )
+
+    def _cache_path(self, split: str) -> Path:
+        assert self.data_dir is not None
+        spec = f"{self.sizes[split]}-{self.num_classes}-{self.image_size}-{self.in_channels}-{self._split_seed(split)}"
+        return self.data_dir / f"gratings-{split}-{hashlib.sha1(spec.encode()).hexdigest()[:12]}.pt"
+
+    def _load(self, split: str) -> tuple[Tensor, Tensor]:
+        if self.data_dir is None:
+            return self._render(split)
+        path = self._cache_path(split)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: call prepare_data() before setup()")
+        cached = torch.load(path, weights_only=True)
+        return cached["images"], cached["labels"]
