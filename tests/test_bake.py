@@ -29,6 +29,7 @@ EXPECTED_FILES = {
     "src/{pkg}/sampling.py",
     "src/{pkg}/schedules.py",
     "src/{pkg}/synthetic.py",
+    "src/{pkg}/trainer.py",
     "tests/conftest.py",
     "tests/test_cli.py",
     "tests/test_configs.py",

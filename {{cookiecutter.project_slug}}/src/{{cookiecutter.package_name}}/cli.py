@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 from .module import Classifier
+from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 # Special values of `--ckpt_path` that Lightning resolves itself.
 _LIGHTNING_CKPT_ALIASES = {"last", "hpc", "registry"}
@@ -15,6 +16,10 @@ _LIGHTNING_CKPT_ALIASES = {"last", "hpc", "registry"}
 
 class ProjectCLI(LightningCLI):
     """LightningCLI with the data's shape linked into the model and ``--ckpt_path best`` across processes."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The datamodule is the one place these numbers are set; the network and metrics follow it.
@@ -63,6 +68,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
         Classifier,
         pl.LightningDataModule,
         subclass_mode_data=True,
+        trainer_class=ProjectTrainer,
         seed_everything_default=42,
         auto_configure_optimizers=False,
         save_config_kwargs={"overwrite": True},
