@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -51,6 +53,14 @@ def cli() -> ModuleType:
     return _submodule("cli")
 
 
+@pytest.fixture(autouse=True)
+def _restore_deterministic_algorithms() -> Iterator[None]:
+    """``Trainer(deterministic=True)`` switches the whole process to deterministic algorithms: undo it."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled)
+
+
 @pytest.fixture
 def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs the test inside an empty directory, so relative run directories land there."""
@@ -81,3 +91,15 @@ def run_process(in_tmp: Path) -> Callable[..., subprocess.CompletedProcess[str]]
         )
 
     return run
+
+
+@pytest.fixture
+def lightning_log() -> Iterator[list[str]]:
+    """Messages of Lightning's logger (it does not propagate to pytest's log capture)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("lightning.pytorch")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)

@@ -56,6 +56,8 @@ def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> Non
     assert probabilities.shape == (64, 10)
     torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(64))
     assert (probabilities >= 0).all()
+    # Predict builds no graph: Lightning runs it in inference mode.
+    assert all(batch.is_inference() and not batch.requires_grad for batch in predicted.trainer.predict_loop.predictions)
 
 
 def test_resume_from_saved_config(fitted: object, run_cli: Callable[..., object], cli: object) -> None:

@@ -11,6 +11,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .data_checks import check_samples
+from .prediction import TensorFiles
+from .resume import ResumableLoader
 from .sampling import EpochSampler
 from .synthetic import SyntheticImages, render_gratings
 
@@ -41,6 +44,7 @@ class SyntheticDataModule(pl.LightningDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
         prefetch_factor: int = 2,
+        predict_path: str | None = None,
     ) -> None:
         """Configures the data.
 
@@ -63,6 +67,8 @@ class SyntheticDataModule(pl.LightningDataModule):
                 when training on a GPU.
             persistent_workers: Keep workers alive between epochs (when ``num_workers > 0``).
             prefetch_factor: Batches each worker loads ahead (when ``num_workers > 0``).
+            predict_path: Inputs of ``predict``: a ``.pt`` file of ``(N, C, H, W)`` images or a folder of ``.pt``
+                files; ``None`` predicts the test split.
         """
         super().__init__()
         for name, value in {"num_classes": num_classes, "image_size": image_size, "in_channels": in_channels}.items():
@@ -81,6 +87,7 @@ class SyntheticDataModule(pl.LightningDataModule):
         self.batch_size = batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
         self.persistent_workers, self.prefetch_factor = persistent_workers, prefetch_factor
+        self.predict_path = predict_path
         self.datasets: dict[str, SyntheticImages] = {}
 
     def prepare_data(self) -> None:
@@ -101,6 +108,8 @@ class SyntheticDataModule(pl.LightningDataModule):
         for split in SPLITS:
             if split not in self.datasets:
                 images, labels = self._load(split)
+                sample_shape = (self.in_channels, self.image_size, self.image_size)
+                check_samples(split, images, labels, self.num_classes, sample_shape)
                 self.datasets[split] = SyntheticImages(
                     images, labels, self.noise, self.max_shift, self._split_seed(split), augment=split == "train"
                 )
@@ -110,7 +119,7 @@ class SyntheticDataModule(pl.LightningDataModule):
         world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
         sampler = EpochSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.seed)
         # drop_last keeps every training batch the same shape, so a compiled graph is never rebuilt.
-        return self._loader(dataset, sampler=sampler, drop_last=True)
+        return self._loader(dataset, sampler=sampler, drop_last=True, resumable=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["val"])
@@ -119,7 +128,9 @@ class SyntheticDataModule(pl.LightningDataModule):
         return self._loader(self.datasets["test"])
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader(self.datasets["test"])
+        if self.predict_path is None:
+            return self._loader(self.datasets["test"])
+        return self._loader(TensorFiles(self.predict_path, (self.in_channels, self.image_size, self.image_size)))
 
     def resolved_num_workers(self) -> int:
         """Workers per process: the configured count, or one less than this process's CPU share."""
@@ -129,10 +140,13 @@ class SyntheticDataModule(pl.LightningDataModule):
         local_processes = self.trainer.num_devices if self.trainer else 1
         return max(0, min(4, cpus // local_processes - 1))
 
-    def _loader(self, dataset: Dataset, sampler: Sampler | None = None, drop_last: bool = False) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, sampler: Sampler | None = None, drop_last: bool = False, resumable: bool = False
+    ) -> DataLoader:
         workers = self.resolved_num_workers()
         on_gpu = bool(self.trainer) and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
-        return DataLoader(
+        # A resumable loader keeps its place in the epoch in checkpoints (exact resume, see resume.py).
+        return (ResumableLoader if resumable else DataLoader)(
             dataset,
             batch_size=self.batch_size,
             num_workers=workers,
@@ -141,6 +155,8 @@ class SyntheticDataModule(pl.LightningDataModule):
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
             sampler=sampler,
             drop_last=drop_last,
+            # Workers' base seeds come from here, not from the global RNG that dropout draws from.
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def _split_seed(self, split: str) -> int:

@@ -1,0 +1,102 @@
+"""Faults that tests inject into runs: kills, signals and NaN inputs at a chosen optimizer step.
+
+Named by class path on the command line (``--trainer.callbacks+=faults.SignalAtStep``); run processes
+with this folder on ``PYTHONPATH`` (``faults.launch``) so they can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+
+TESTS = Path(__file__).resolve().parent
+
+
+class SignalAtStep(Callback):
+    """Sends ``signum`` to this process in the ``batch``-th batch (1-based) that starts at global step ``step``.
+
+    ``hook="end"`` sends it when that batch ends, ``"start"`` before the batch runs. With gradient accumulation
+    several batches share a step: with ``hook="end"``, batch 1 is the one whose optimizer step just happened.
+    """
+
+    def __init__(self, step: int, signum: int = int(signal.SIGKILL), batch: int = 1, hook: str = "end") -> None:
+        self.step, self.signum, self.batch, self.hook = step, signum, batch, hook
+        self._seen = 0
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        if self.hook == "start":
+            self._count(trainer)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        if self.hook == "end":
+            self._count(trainer)
+
+    def _count(self, trainer: pl.Trainer) -> None:
+        if trainer.global_step == self.step:
+            self._seen += 1
+            if self._seen == self.batch:
+                os.kill(os.getpid(), self.signum)
+
+
+class NaNInputAtStep(Callback):
+    """Puts a NaN into the first image of each batch that starts at global step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: tuple[Tensor, Tensor], batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.step:
+            batch[0][0, 0, 0, 0] = float("nan")
+
+
+def launch(package: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m <package> *args`` in ``cwd`` with these faults importable; output goes to ``cwd/out.log``.
+
+    Output goes to a file, not a pipe: DataLoader workers of a killed process hold a pipe open until they
+    notice their parent is gone, which would keep the caller waiting.
+    """
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **(env or {})}
+    log = cwd / "out.log"
+    with open(log, "w") as out:
+        process = subprocess.run(
+            [sys.executable, "-m", package, *args],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            timeout=600,
+        )
+    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
+
+
+class RaiseAtStep(Callback):
+    """Crashes the run with a ``RuntimeError`` right after optimizer step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError(f"injected crash after step {self.step}")
+
+
+def fault(name: str, **init_args: int | str) -> str:
+    """The flag that adds fault ``name`` to a run's callbacks."""
+    return "--trainer.callbacks+=" + json.dumps({"class_path": f"faults.{name}", "init_args": init_args})
