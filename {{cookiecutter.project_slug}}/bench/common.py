@@ -1,0 +1,165 @@
+"""What every benchmark shares: the project's package, runs built from its configs, step timing, result rows."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+(PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
+
+
+def project(module: str) -> ModuleType:
+    """A submodule of this project's package, e.g. ``project("cli")``."""
+    return importlib.import_module(f"{PACKAGE}.{module}")
+
+
+def config_flags(*presets: str) -> list[str]:
+    """``--config`` flags for ``default.yaml`` followed by ``presets`` (names in ``configs/``)."""
+    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", *presets)]
+
+
+def build(run_dir: Path, *flags: str, presets: tuple[str, ...] = ()) -> Any:
+    """The CLI's objects (``.trainer``, ``.model``, ``.datamodule``) for a ``fit`` of the configs, not run.
+
+    Seeds exactly as ``fit`` does (before the model is built), so two builds start from the same weights.
+    """
+    args = [
+        *config_flags(*presets),
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.logger.init_args.save_dir={run_dir}",
+    ]
+    return project("cli").build_cli([*args, *flags], run=False)
+
+
+class StepTimer(pl.Callback):
+    """Records the wall time at the end of every training batch, and the batch's loss.
+
+    Intervals between consecutive ends are whole steps (data, forward, backward, optimizer, hooks, logging).
+    With ``output``, rank zero writes the record there as JSON at the end of training (for subprocess runs).
+    """
+
+    def __init__(self, output: str | None = None) -> None:
+        """Args:
+        output: JSON file for the record; ``None`` keeps it on the callback only.
+        """
+        self.output = output
+        self.start = 0.0
+        self.ends: list[float] = []
+        self.losses: list[float] = []
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.ends.append(time.perf_counter())
+        self.losses.append(float(outputs["loss"]))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.output is not None and trainer.is_global_zero:
+            record = {"start": self.start, "ends": self.ends, "losses": self.losses}
+            Path(self.output).write_text(json.dumps(record))
+            torch.save(pl_module.state_dict(), Path(self.output).with_suffix(".pt"))
+
+
+def timed_fit(
+    workdir: Path, steps: int, *flags: str, presets: tuple[str, ...] = (), data: Any = None
+) -> tuple[float, StepTimer]:
+    """Wall time of a whole CPU ``fit`` of ``steps`` optimizer steps, and its step record.
+
+    ``data``, if given, wraps the configured datamodule (``data(datamodule)``) before fitting.
+    """
+    start = time.perf_counter()
+    run_dir = Path(tempfile.mkdtemp(prefix="fit-", dir=workdir))
+    built = build(run_dir, f"--trainer.max_steps={steps}", "--trainer.accelerator=cpu", *flags, presets=presets)
+    timer = StepTimer()
+    built.trainer.callbacks.append(timer)
+    built.trainer.fit(built.model, built.datamodule if data is None else data(built.datamodule))
+    return time.perf_counter() - start, timer
+
+
+def steady(ends: list[float], start: float, warmup: int) -> list[float]:
+    """Step durations (s) after the first ``warmup`` steps; the first step is timed from ``start``."""
+    times = [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
+    return times[warmup:] if len(times) > warmup else times[-1:]
+
+
+def median_ms(durations: list[float]) -> float:
+    return 1e3 * statistics.median(durations)
+
+
+def best_median_ms(runs: list[list[float]]) -> float:
+    """The lowest of the runs' median step times (ms).
+
+    Other work on the machine only ever adds time, and it comes in bursts longer than a step: the run it
+    disturbed least is the best estimate of each side, so a busy machine still gives comparable numbers.
+    """
+    return min(median_ms(durations) for durations in runs)
+
+
+@dataclass
+class Row:
+    """One comparison: ``candidate`` against ``baseline``; ``ratio`` is candidate / baseline."""
+
+    comparison: str
+    baseline: str
+    baseline_value: float
+    candidate: str
+    candidate_value: float
+    unit: str
+    goal: str = ""
+    met: bool | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.candidate_value / self.baseline_value if self.baseline_value else float("nan")
+
+
+def markdown(rows: list[Row]) -> str:
+    """The rows as a markdown table."""
+    lines = [
+        "| comparison | baseline | candidate | ratio | goal | met | notes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        met = "" if row.met is None else ("yes" if row.met else "**no**")
+        lines.append(
+            f"| {row.comparison} | {row.baseline}: {row.baseline_value:.4g} {row.unit} "
+            f"| {row.candidate}: {row.candidate_value:.4g} {row.unit} | {row.ratio:.3f}x | {row.goal} | {met} "
+            f"| {row.note} |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """One line describing the machine and the software stack."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    load = f", load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
+    return (
+        f"{cpu}, {cores} cores usable{load}; {gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
+        f"lightning {pl.__version__}, {torch.get_num_threads()} torch threads, {platform.system()} {platform.release()}"
+    )
