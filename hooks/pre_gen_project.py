@@ -20,7 +20,7 @@ DEPENDENCIES = {
     "torch", "torchvision", "torchaudio", "lightning", "pytorch_lightning", "lightning_fabric",
     "lightning_utilities", "torchmetrics", "tensorboard", "jsonargparse", "numpy", "yaml", "rich",
     "pytest", "ruff", "setuptools", "pip", "hatchling", "typing_extensions", "docstring_parser",
-    "onnx", "onnxruntime", "cookiecutter", "cruft", "tests", "src", "configs",
+    "onnx", "onnxruntime", "onnxscript", "cookiecutter", "cruft", "tests", "src", "configs", "scripts",
 }  # fmt: skip
 STDLIB = set(sys.stdlib_module_names) | {"test"}  # CPython's own test package is not in the list
 SLUG = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")

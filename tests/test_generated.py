@@ -6,19 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import run_tests
+from conftest import assert_tests_pass
 
 
 @pytest.mark.slow
 def test_default_project_passes_its_whole_suite(installed: Callable[..., Path]) -> None:
-    result = run_tests(installed())
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout
+    assert_tests_pass(installed())
 
 
 @pytest.mark.slow
 def test_non_default_project_passes_its_fast_suite(installed: Callable[..., Path]) -> None:
     project = installed(project_name="Über Vision 2", license="BSD-3-Clause", python_version="3.11")
-    result = run_tests(project, "-m", "not slow")
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout
+    assert_tests_pass(project, "-m", "not slow")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,19 +13,39 @@ import yaml
 from conftest import ROOT
 
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+PROMPTS = {key: value for key, value in json.loads((ROOT / "cookiecutter.json").read_text()).items() if key[0] != "_"}
 
 
 def test_presets_exist() -> None:
-    assert ROOT / "configs" / "default.yaml" in PRESETS
+    assert {"default", "minimal", "full", "team-example"} <= {preset.stem for preset in PRESETS}
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda path: path.stem)
+def test_preset_answers_known_prompts(preset: Path) -> None:
+    # cookiecutter ignores unknown keys: a misspelled one would silently keep the default.
+    answers = yaml.safe_load(preset.read_text())["default_context"]
+    assert set(answers) <= set(PROMPTS)
+    for key, value in answers.items():
+        assert isinstance(value, str), f"{key}: quote it, YAML would read {value!r} as a {type(value).__name__}"
+        if isinstance(PROMPTS[key], list):
+            assert value in PROMPTS[key], f"{key}: {value!r} is not one of {PROMPTS[key]}"
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda path: path.stem)
 def test_preset_bakes(tmp_path: Path, preset: Path) -> None:
-    answers = yaml.safe_load(preset.read_text())["default_context"]
+    defaults = {key: value[0] if isinstance(value, list) else value for key, value in PROMPTS.items()}
+    answers = {**defaults, **yaml.safe_load(preset.read_text())["default_context"]}
     command = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(preset)]
     result = subprocess.run([*command, "--output-dir", str(tmp_path), str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     (project,) = tmp_path.iterdir()
     readme = (project / "README.md").read_text(encoding="utf-8")
     assert readme.startswith(f"# {answers['project_name']}\n")
-    assert f'requires-python = ">={answers["python_version"]}"' in (project / "pyproject.toml").read_text()
+    meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert meta["requires-python"] == f">={answers['python_version']}"
+    assert meta["authors"] == [{"name": answers["author_name"], "email": answers["email"]}]
+    assert answers["license"].replace("Proprietary", "LicenseRef-Proprietary") == meta["license"]
+    if "{{" not in answers["project_slug"]:  # set explicitly, not derived from the name
+        assert project.name == answers["project_slug"]
+    if "{{" not in answers["package_name"]:
+        assert (project / "src" / answers["package_name"] / "cli.py").is_file()

@@ -7,11 +7,69 @@ module that owns the feature.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
 import lightning.pytorch as pl
 
+from .checkpoints import read_checkpoint, resolve_ckpt_path
+from .export import Exported, example_batch, export_model, format_report
+from .schedule_preview import format_preview, learning_rates
+
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.
-EXTRA_SUBCOMMANDS: dict[str, set[str]] = {}
+EXTRA_SUBCOMMANDS: dict[str, set[str]] = {"schedule": {"model", "datamodule"}, "export": {"model", "datamodule"}}
 
 
 class ProjectTrainer(pl.Trainer):
     """``lightning.pytorch.Trainer`` plus the methods listed in ``EXTRA_SUBCOMMANDS``."""
+
+    def schedule(
+        self,
+        model: pl.LightningModule,
+        datamodule: pl.LightningDataModule | None = None,
+        points: int = 11,
+        width: int = 60,
+        height: int = 12,
+    ) -> list[float]:
+        """Prints the learning rate at key optimizer steps of the configured run, and a plot, without training.
+
+        Args:
+            model: The model whose ``configure_optimizers`` builds the schedule.
+            datamodule: The data, whose length sets the number of steps.
+            points: Evenly spaced steps listed in the table (the step of the highest LR is added).
+            width: Columns of the plot.
+            height: Rows of the plot.
+        """
+        rates = learning_rates(self, model, datamodule)
+        print(format_preview(rates, points, width, height))
+        return rates
+
+    def export(
+        self,
+        model: pl.LightningModule,
+        datamodule: pl.LightningDataModule,
+        ckpt_path: str | None = None,
+        output_dir: str | None = None,
+        formats: tuple[Literal["torch_export", "onnx"], ...] = ("torch_export", "onnx"),
+        atol: float = 1e-4,
+        max_samples: int = 8,
+    ) -> list[Exported]:
+        """Exports the model for inference (torch.export ``model.pt2``, ONNX ``model.onnx``), checked against eager.
+
+        Args:
+            model: The model, built from the config; its weights come from ``ckpt_path``.
+            datamodule: The data; its first predict batch is traced and used to compare outputs.
+            ckpt_path: ``best``, ``last`` or a checkpoint file; ``null`` exports the freshly initialised model.
+            output_dir: Where the files go; ``null`` means ``<run directory>/export``.
+            formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
+            atol: Largest absolute difference from the eager logits that an exported file may show.
+            max_samples: Samples of the first predict batch used to trace and compare (at least 2).
+        """
+        if ckpt_path is not None:
+            path = resolve_ckpt_path(ckpt_path, self, fitting=False)
+            assert path is not None, "only `fit` may start without a checkpoint"
+            model.load_state_dict(read_checkpoint(path)["state_dict"])
+        destination = Path(output_dir) if output_dir is not None else Path(self.log_dir or ".") / "export"
+        exported = export_model(model, example_batch(datamodule, max_samples), destination, formats, atol)
+        print(format_report(exported))
+        return exported

@@ -1,0 +1,141 @@
+"""A generated project's tooling: CI workflow, Makefile, pre-commit and launch scripts, checked against the project."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+from test_bake import files_of
+
+Baked = Callable[..., Path]
+
+
+def make(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["make", "--no-print-directory", f"PYTHON={sys.executable}", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def makefile_targets(project: Path) -> set[str]:
+    return set(re.findall(r"^([a-z][a-z-]*):", (project / "Makefile").read_text(), re.MULTILINE))
+
+
+def workflow(project: Path) -> dict:
+    return yaml.safe_load((project / ".github/workflows/ci.yml").read_text())
+
+
+def run_commands(project: Path) -> list[str]:
+    return [step["run"] for job in workflow(project)["jobs"].values() for step in job["steps"] if "run" in step]
+
+
+def test_workflow_parses_and_has_its_jobs(baked: Baked) -> None:
+    ci = workflow(baked())
+    triggers = ci[True]  # YAML 1.1 reads the key `on` as true
+    assert {"push", "pull_request", "schedule"} <= set(triggers)
+    assert "labeled" in triggers["pull_request"]["types"]  # labelling a pull request `gpu` starts the GPU job
+    jobs = ci["jobs"]
+    assert set(jobs) == {"lint", "test", "gpu"}
+    assert jobs["gpu"]["if"] == "contains(github.event.pull_request.labels.*.name, 'gpu')"
+    assert "self-hosted" in jobs["gpu"]["runs-on"]
+    assert jobs["test"]["runs-on"] == "ubuntu-latest"
+
+
+def test_workflow_commands_exist_in_the_project(baked: Baked) -> None:
+    project = baked()
+    targets = makefile_targets(project)
+    used = set()
+    for command in run_commands(project):
+        for line in command.split("&&"):
+            words = shlex.split(line)
+            if words[0] == "make":
+                target, *assignments = words[1:]
+                assert target in targets, f"workflow runs `{line.strip()}`: no target {target!r} in the Makefile"
+                assert make(project, "--dry-run", target, *assignments).returncode == 0
+                used.add(target)
+            else:
+                assert words[0] in {"python", "echo", "nvidia-smi", "cruft"}, f"unexpected command {line!r}"
+    assert {"lint", "install", "test"} <= used
+
+
+@pytest.mark.parametrize("python_version", ["3.10", "3.13"])
+def test_workflow_tests_on_the_oldest_supported_python(baked: Baked, tmp_path: Path, python_version: str) -> None:
+    project = baked(python_version=python_version)
+    (step,) = [step for step in workflow(project)["jobs"]["test"]["steps"] if step.get("id") == "python"]
+    output = tmp_path / "github_output"
+    env = {**os.environ, "GITHUB_OUTPUT": str(output)}
+    subprocess.run(["bash", "-c", step["run"]], cwd=project, env=env, check=True)
+    assert output.read_text() == f"version={python_version}\n"
+
+
+def test_makefile_help_lists_every_target(baked: Baked) -> None:
+    project = baked()
+    result = make(project)  # the default goal
+    assert result.returncode == 0, result.stderr
+    listed = set(re.findall(r"^  make (\S+)", result.stdout, re.MULTILINE))
+    assert listed == makefile_targets(project)
+    assert {"install", "lint", "test", "train", "debug", "validate", "predict", "export"} <= listed
+
+
+def test_makefile_commands_use_the_package_and_existing_files(baked: Baked) -> None:
+    project = baked(project_name="Tool Check")
+    for target in makefile_targets(project) - {"help"}:
+        result = make(project, "--dry-run", target, "INPUTS=inputs/")
+        assert result.returncode == 0, result.stderr
+        for path in re.findall(r"\bconfigs/\S+\.yaml", result.stdout):
+            assert (project / path).is_file(), f"make {target} uses missing {path}"
+    assert f"{sys.executable} -m tool_check fit -c configs/default.yaml -c configs/debug.yaml" in (
+        make(project, "--dry-run", "debug").stdout
+    )
+    predict = make(project, "--dry-run", "predict", "INPUTS=inputs/").stdout
+    assert "-c configs/predict.yaml --ckpt_path best" in predict
+    assert "--data.init_args.predict_path inputs/" in predict
+
+
+def test_make_lint_passes_on_a_fresh_project(baked: Baked) -> None:
+    result = make(baked(), "lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
+    project = baked()
+    config = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())
+    hooks = {hook["id"]: repo for repo in config["repos"] for hook in repo["hooks"]}
+    expected = {"ruff-check", "ruff-format", "check-yaml", "check-toml", "end-of-file-fixer", "trailing-whitespace"}
+    assert expected <= set(hooks)
+    pinned_ruff = re.search(r"^ruff==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    assert pinned_ruff, "ruff is pinned in constraints.txt"
+    assert hooks["ruff-check"]["rev"] == f"v{pinned_ruff.group(1)}"  # the ruff that CI tested
+    # What the basic hooks would change or reject on the first `pre-commit run --all-files`: nothing.
+    for name in files_of(project):
+        text = (project / name).read_text(encoding="utf-8")
+        assert text.endswith("\n"), f"{name}: no final newline"
+        assert not text.endswith("\n\n"), f"{name}: blank lines at the end"
+        assert not re.search(r"[ \t]+$", text, re.MULTILINE), f"{name}: trailing whitespace"
+        if name.endswith((".yaml", ".yml")):
+            yaml.safe_load(text)
+        if name.endswith(".toml"):
+            tomllib.loads(text)
+
+
+@pytest.mark.parametrize("script", ["scripts/torchrun.sh", "scripts/slurm.sbatch"])
+def test_launch_scripts_are_valid_executable_bash(baked: Baked, script: str) -> None:
+    path = baked() / script
+    assert os.access(path, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    lines = path.read_text().splitlines()
+    first_command = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    # sbatch reads #SBATCH lines only before the first command.
+    assert not [line for line in lines[first_command:] if line.startswith("#SBATCH")]

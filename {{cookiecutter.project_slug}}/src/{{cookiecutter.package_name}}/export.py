@@ -1,0 +1,112 @@
+"""Export for inference: torch.export and ONNX files of the trained model, each checked against eager outputs.
+
+Both take ``images (B, C, H, W)`` float32 with a dynamic batch size and return ``logits (B, num_classes)``.
+ONNX needs the optional ``export`` extra (onnx, onnxscript for torch's exporter, onnxruntime for the check).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+
+FORMATS = ("torch_export", "onnx")
+FILE_NAMES = {"torch_export": "model.pt2", "onnx": "model.onnx"}
+ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One exported file and how far its outputs are from the eager model's."""
+
+    format: str
+    path: Path
+    max_abs_error: float
+
+
+def check_formats(formats: Sequence[str]) -> None:
+    """Raises ``ValueError`` for an unknown or unavailable format, before anything is written."""
+    if not formats:
+        raise ValueError(f"formats is empty: choose from {list(FORMATS)}")
+    if unknown := [name for name in formats if name not in FORMATS]:
+        raise ValueError(f"formats {unknown} unknown: choose from {list(FORMATS)}")
+    if "onnx" in formats and (missing := [name for name in ONNX_MODULES if importlib.util.find_spec(name) is None]):
+        raise ValueError(
+            f"formats includes 'onnx' but {', '.join(missing)} is not installed: install the project's `export`"
+            " extra (pip install -e '.[export]') or pass --formats '[torch_export]'"
+        )
+
+
+def example_batch(datamodule: pl.LightningDataModule, max_samples: int) -> Tensor:
+    """Real inputs to trace and check with: the start of the first predict batch."""
+    datamodule.prepare_data()
+    datamodule.setup("predict")
+    batch = next(iter(datamodule.predict_dataloader()))
+    images = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, C, H, W)
+    if len(images) < 2:
+        # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
+        raise ValueError(f"the first predict batch has {len(images)} sample(s): export needs at least 2")
+    return images[:max_samples].float()
+
+
+def export_model(
+    model: pl.LightningModule, images: Tensor, output_dir: Path, formats: Sequence[str], atol: float
+) -> list[Exported]:
+    """Writes ``model`` in each format to ``output_dir`` and checks it reproduces ``model(images)`` within ``atol``.
+
+    Raises:
+        RuntimeError: An exported file's outputs differ from eager by more than ``atol``.
+    """
+    check_formats(formats)
+    model = model.cpu().eval()
+    with torch.no_grad():
+        expected = model(images)  # (B, num_classes)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    batch = torch.export.Dim("batch")
+    dynamic_shapes = ({0: batch},)
+    exported = []
+    for name in formats:
+        path = output_dir / FILE_NAMES[name]
+        # Traced without autograd: an inference graph, with activation checkpointing (a training-only trick) off.
+        with torch.no_grad():
+            if name == "torch_export":
+                torch.export.save(torch.export.export(model, (images,), dynamic_shapes=dynamic_shapes), path)
+            else:
+                model.to_onnx(
+                    path,
+                    images,
+                    dynamo=True,
+                    input_names=["images"],
+                    output_names=["logits"],
+                    dynamic_shapes=dynamic_shapes,
+                    verbose=False,
+                )
+        error = (run_exported(path, images) - expected).abs().max().item()
+        if not error <= atol:  # also catches NaN
+            raise RuntimeError(f"{path}: outputs differ from eager by {error:.3g} > atol={atol:g}")
+        exported.append(Exported(name, path, error))
+    return exported
+
+
+def run_exported(path: Path, images: Tensor) -> Tensor:
+    """Runs an exported file (``.pt2`` with torch, ``.onnx`` with ONNX Runtime on CPU) on ``images``."""
+    if path.suffix == ".pt2":
+        with torch.no_grad():
+            return torch.export.load(path).module()(images)
+    import onnxruntime  # optional: the `export` extra
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], {"images": images.numpy()})
+    return torch.from_numpy(logits)
+
+
+def format_report(exported: Sequence[Exported]) -> str:
+    """A small table: format, file, largest absolute difference from the eager model."""
+    lines = [f"{'format':<13} {'max |diff| vs eager':>20}  file"]
+    lines += [f"{item.format:<13} {item.max_abs_error:>20.3g}  {item.path}" for item in exported]
+    return "\n".join(lines)
