@@ -80,17 +80,34 @@ def run_cli(cli: ModuleType, in_tmp: Path) -> Callable[..., object]:
     return run
 
 
+def launch(
+    package: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m <package> *args`` in ``cwd``; stdout and stderr together are the result's ``stdout``.
+
+    ``tests/`` is on ``PYTHONPATH``, so callbacks of ``probes.py`` and ``faults.py`` named on the command line
+    import in every process (DDP ones too). Output goes to ``cwd/out.log``, not a pipe: DataLoader workers of
+    a killed process hold a pipe open until they notice their parent is gone, which would keep the caller waiting.
+    """
+    path = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **(env or {})}
+    log = cwd / "out.log"
+    with open(log, "w") as out:
+        process = subprocess.run(
+            [sys.executable, "-m", package, *args],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            timeout=timeout,
+        )
+    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
+
+
 @pytest.fixture
 def run_process(in_tmp: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Runs ``python -m <package>`` in a fresh process and returns the finished process."""
-
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        return subprocess.run(
-            [sys.executable, "-m", PACKAGE, *args], capture_output=True, text=True, timeout=timeout, env=env
-        )
-
-    return run
+    return lambda *args, timeout=300: launch(PACKAGE, *args, cwd=in_tmp, timeout=timeout)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Faults that tests inject into runs: kills, signals and NaN inputs at a chosen optimizer step.
 
 Named by class path on the command line (``--trainer.callbacks+=faults.SignalAtStep``); run processes
-with this folder on ``PYTHONPATH`` (``faults.launch``) so they can import it.
+with ``conftest.launch``, which puts this folder on ``PYTHONPATH`` so they can import it.
 """
 
 from __future__ import annotations
@@ -9,15 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
-
-TESTS = Path(__file__).resolve().parent
 
 
 class SignalAtStep(Callback):
@@ -61,27 +56,6 @@ class NaNInputAtStep(Callback):
     ) -> None:
         if trainer.global_step == self.step:
             batch[0][0, 0, 0, 0] = float("nan")
-
-
-def launch(package: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Runs ``python -m <package> *args`` in ``cwd`` with these faults importable; output goes to ``cwd/out.log``.
-
-    Output goes to a file, not a pipe: DataLoader workers of a killed process hold a pipe open until they
-    notice their parent is gone, which would keep the caller waiting.
-    """
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **(env or {})}
-    log = cwd / "out.log"
-    with open(log, "w") as out:
-        process = subprocess.run(
-            [sys.executable, "-m", package, *args],
-            cwd=cwd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            timeout=600,
-        )
-    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
 
 
 class RaiseAtStep(Callback):

@@ -1,16 +1,12 @@
 """Instruments that tests attach to runs: callbacks that record what happened, and readers for the results.
 
 Callbacks are named by class path on the command line (``--trainer.callbacks+=probes.GradientRecorder``).
-``launch`` puts this folder on ``PYTHONPATH``, so the processes of a DDP run import them too.
+``conftest.launch`` puts this folder on ``PYTHONPATH``, so the processes of a DDP run import them too.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +15,6 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import Tensor, nn
 from torch.optim import Optimizer
-
-TESTS = Path(__file__).resolve().parent
 
 
 def read_scalars(run_dir: Path | str) -> dict[str, list[tuple[int, float]]]:
@@ -37,15 +31,6 @@ def read_scalars(run_dir: Path | str) -> dict[str, list[tuple[int, float]]]:
         for tag in accumulator.Tags()["scalars"]:
             scalars.setdefault(tag, []).extend((event.step, event.value) for event in accumulator.Scalars(tag))
     return scalars
-
-
-def launch(package: str, *args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Runs ``python -m <package> *args`` in ``cwd``, with these probes importable."""
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-m", package, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 def find(trainer: pl.Trainer, kind: type) -> Any:
@@ -180,21 +165,3 @@ class NanGradientNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _NanBackward.apply(self.linear(x.flatten(1)))  # (B, num_classes)
-
-
-class SendSignal(pl.Callback):
-    """Sends this process a signal once, at the end of the batch that completes optimizer step ``step``."""
-
-    def __init__(self, step: int = 2, name: str = "SIGUSR1") -> None:
-        """Configures the signal.
-
-        Args:
-            step: The optimizer step after which the signal is sent.
-            name: The signal's name, e.g. ``SIGUSR1`` or ``SIGTERM``.
-        """
-        self.step, self.name, self.sent = step, name, False
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        if trainer.global_step == self.step and not self.sent:
-            self.sent = True
-            os.kill(os.getpid(), signal.Signals[self.name])

@@ -109,7 +109,7 @@ def test_best_without_a_run_names_the_missing_file(
 def test_python_dash_m_and_console_script(run_process: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     configs = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug")]
     fit = run_process("fit", *configs, "--trainer.enable_progress_bar=false")
-    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert fit.returncode == 0, fit.stdout[-3000:]
     assert (RUN / "checkpoints" / "last.ckpt").is_file()
     # The console script sits next to this interpreter, even when its environment is not activated.
     script = shutil.which(PACKAGE, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))

@@ -15,7 +15,7 @@ from types import ModuleType, SimpleNamespace
 import probes
 import pytest
 import torch
-from conftest import CONFIGS, PACKAGE
+from conftest import CONFIGS, PACKAGE, launch
 from test_schedule_logged import WARMUP, check_schedule, logged_lr
 
 pytestmark = pytest.mark.slow  # two processes
@@ -40,8 +40,8 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     presets = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug", "transformer", "ddp")]
     flags = ["--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.logger.init_args.save_dir=runs/ddp"]
     recorder = ["--trainer.callbacks+=probes.RankRecorder", "--trainer.callbacks.directory=ranks"]
-    result = probes.launch(PACKAGE, "fit", *presets, *flags, *COMMON, *recorder, cwd=cwd)
-    assert result.returncode == 0, result.stderr[-5000:]
+    result = launch(PACKAGE, "fit", *presets, *flags, *COMMON, *recorder, cwd=cwd)
+    assert result.returncode == 0, result.stdout[-5000:]
     return cwd
 
 

@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from conftest import CONFIGS, PACKAGE
-from faults import fault, launch
+from conftest import CONFIGS, PACKAGE, launch
+from faults import fault
 
 RUN = Path("runs/debug")
 CONFIG_FLAGS = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug")]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import CONFIGS, PACKAGE
-from faults import fault, launch
+from conftest import CONFIGS, PACKAGE, launch
+from faults import fault
 from torch.utils.data import Dataset, TensorDataset
 
 resume = importlib.import_module(f"{PACKAGE}.resume")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CONFIGS, ROOT
+from faults import fault
 
 CONFIG_FLAGS = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug")]
 RUN = Path("runs/debug")
@@ -44,7 +46,7 @@ def job_env(in_tmp: Path) -> dict[str, str]:
         **JOB,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
-        "PYTHONPATH": str(ROOT / "tests"),  # probes.SendSignal
+        "PYTHONPATH": str(ROOT / "tests"),  # faults.SignalAtStep
         "PYTHONWARNINGS": "ignore",
         "SCONTROL_LOG": str(in_tmp / "scontrol.log"),
     }
@@ -57,7 +59,7 @@ def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[
 @pytest.mark.slow
 def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_env: dict[str, str]) -> None:
     sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch"), *CONFIG_FLAGS, "--trainer.enable_progress_bar=false"]
-    first = run(job_env, [*sbatch, "--trainer.callbacks+=probes.SendSignal"])  # SIGUSR1 after step 2
+    first = run(job_env, [*sbatch, fault("SignalAtStep", step=2, signum=int(signal.SIGUSR1))])  # SIGUSR1 after step 2
     assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-3000:]
     assert Path("scontrol.log").read_text() == "requeue 4242\n"
     hpc = torch.load("runs/slurm-4242/hpc_ckpt_1.ckpt", weights_only=True)  # Lightning's, in default_root_dir

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .checkpoint_io import atomic_save
 from .data_checks import check_samples
 from .prediction import TensorFiles
 from .resume import ResumableLoader
@@ -97,11 +98,8 @@ class SyntheticDataModule(pl.LightningDataModule):
         for split in SPLITS:
             path = self._cache_path(split)
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
                 images, labels = self._render(split)
-                partial = path.with_suffix(f".{os.getpid()}.tmp")
-                torch.save({"images": images, "labels": labels}, partial)
-                os.replace(partial, path)  # a reader never sees a half-written cache
+                atomic_save({"images": images, "labels": labels}, path)  # never a half-written cache
 
     def setup(self, stage: str) -> None:
         # Runs in every process: build the state this process needs.
