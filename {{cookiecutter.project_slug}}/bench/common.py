@@ -23,13 +23,23 @@ CONFIGS = ROOT / "configs"
 
 
 def project(module: str) -> ModuleType:
-    """A submodule of this project's package, e.g. ``project("cli")``."""
+    """A submodule of this project's package, e.g. ``project("kit.cli")``."""
     return importlib.import_module(f"{PACKAGE}.{module}")
 
 
 def config_flags(*presets: str) -> list[str]:
-    """``--config`` flags for ``default.yaml`` followed by ``presets`` (names in ``configs/``)."""
-    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", *presets)]
+    """``--config`` flags for ``presets``, named by their path under ``configs/`` (``default.yaml`` always applies)."""
+    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in presets]
+
+
+def run_dir_flags(run_dir: Path | str) -> list[str]:
+    """Flags that make a run write exactly into ``run_dir``, read as ``<default_root_dir>/<experiment>/<name>``."""
+    run_dir = Path(run_dir)
+    return [
+        f"--trainer.default_root_dir={run_dir.parent.parent}",
+        f"--run.experiment={run_dir.parent.name}",
+        f"--run.name={run_dir.name}",
+    ]
 
 
 def build(run_dir: Path, *flags: str, presets: tuple[str, ...] = ()) -> Any:
@@ -40,9 +50,9 @@ def build(run_dir: Path, *flags: str, presets: tuple[str, ...] = ()) -> Any:
     args = [
         *config_flags(*presets),
         "--trainer.enable_progress_bar=false",
-        f"--trainer.logger.init_args.save_dir={run_dir}",
+        *run_dir_flags(run_dir),
     ]
-    return project("cli").build_cli([*args, *flags], run=False)
+    return project("kit.cli").build_cli([*args, *flags], run=False)
 
 
 class StepTimer(pl.Callback):

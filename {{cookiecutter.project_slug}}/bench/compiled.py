@@ -36,7 +36,7 @@ def worker(
         backend: ``torch.compile`` backend (``eager`` traces without generating code: a quick check).
     """
     with tempfile.TemporaryDirectory() as run_dir:
-        built = build(Path(run_dir), presets=("transformer",))
+        built = build(Path(run_dir), presets=("model/transformer",))
     network, data = built.model.network, built.datamodule
     optimizer = built.model.optimizer_factory(network.parameters())
     shape = (data.batch_size, data.in_channels, data.image_size, data.image_size)

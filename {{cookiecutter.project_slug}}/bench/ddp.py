@@ -20,20 +20,20 @@ import time
 from pathlib import Path
 
 import torch
-from common import PACKAGE, Row, best_median_ms, config_flags, steady
+from common import PACKAGE, Row, best_median_ms, config_flags, run_dir_flags, steady
 
 
 def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple[str, ...]) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix=f"ddp{devices}-", dir=workdir))
     record = run_dir / "steps.json"
     args = [
-        *config_flags("transformer", *presets),
+        *config_flags("model/transformer", *presets),
         "--trainer.accelerator=cpu",
         f"--trainer.devices={devices}",
         f"--trainer.strategy={'ddp' if devices > 1 else 'auto'}",
         f"--trainer.max_steps={steps}",
         "--trainer.enable_progress_bar=false",
-        f"--trainer.logger.init_args.save_dir={run_dir}",
+        *run_dir_flags(run_dir),
         f"--data.init_args.batch_size={batch_size}",
         "--model.optimizer=torch.optim.SGD",
         "--model.optimizer.init_args.lr=0.1",
@@ -53,7 +53,7 @@ def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 4 if tiny else 30
-    presets = ("debug",) if tiny else ()
+    presets = ("debug/tiny",) if tiny else ()
     batch = 32 if tiny else 128
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for repeat in range(min(repeats, 3)):  # each DDP start costs seconds

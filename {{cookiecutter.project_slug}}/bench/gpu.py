@@ -50,9 +50,9 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
         return [Row("CUDA Transformer, bf16 + compile", "eager", float("nan"), "compiled", float("nan"), "tokens/s",
                     note="skipped: no CUDA device")]  # fmt: skip
     with tempfile.TemporaryDirectory() as run_dir:
-        built = build(Path(run_dir), presets=("transformer",))
+        built = build(Path(run_dir), presets=("model/transformer",))
     data, configured = built.datamodule, built.model.network
-    networks = project("networks")
+    networks = project("task.networks")
     sizes = {"configured": configured}
     if not tiny:
         sizes["wide"] = networks.TransformerClassifier(data.num_classes, data.in_channels, data.image_size, **WIDE)

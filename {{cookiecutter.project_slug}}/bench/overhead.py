@@ -97,7 +97,7 @@ def compare(workdir: Path, steps: int, warmup: int, repeats: int, *flags: str, p
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug",) if tiny else ()
+    presets = ("debug/tiny",) if tiny else ()
     flags = ("--trainer.limit_train_batches=1.0",) if tiny else ()  # the loop below covers one epoch only
     default = compare(workdir, steps, warmup, repeats, *flags, presets=presets)
     empty = compare(workdir, steps, warmup, repeats, *flags, *NEAR_EMPTY, presets=presets)

@@ -23,7 +23,7 @@ def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]
     run_dir = Path(tempfile.mkdtemp(prefix="fit-", dir=workdir))
     built = build(run_dir, f"--trainer.max_steps={steps}", "--trainer.accelerator=cpu", presets=presets)
     if not guard:
-        stop = project("nonfinite").StopOnNonFiniteLoss
+        stop = project("kit.nonfinite").StopOnNonFiniteLoss
         built.trainer.callbacks[:] = [c for c in built.trainer.callbacks if not isinstance(c, stop)]
     timer = StepTimer()
     built.trainer.callbacks.append(timer)
@@ -33,7 +33,7 @@ def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]
 
 def check_alone_us(calls: int) -> float:
     """Microseconds per call of the check on a finite scalar loss."""
-    guard, loss = project("nonfinite").StopOnNonFiniteLoss(), torch.tensor(2.3)
+    guard, loss = project("kit.nonfinite").StopOnNonFiniteLoss(), torch.tensor(2.3)
     start = time.perf_counter()
     for _ in range(calls):
         guard.on_before_backward(None, None, loss)  # type: ignore[arg-type]
@@ -41,7 +41,7 @@ def check_alone_us(calls: int) -> float:
 
 
 def validation_rows(tiny: bool, repeats: int) -> list[Row]:
-    synthetic, data_checks = project("synthetic"), project("data_checks")
+    synthetic, data_checks = project("task.gratings"), project("kit.data_checks")
     rows = []
     for label, size in (("the default data (train + val + test)", 14_000), ("a large set", 200_000)):
         size = min(size, 2_000) if tiny else size
@@ -75,7 +75,7 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
     rows = []
     for label, payload in (("the default ConvNet", checkpoint), ("a large state", big)):
         times: dict[str, list[float]] = {"lightning": [], "atomic": []}
-        writers = {"lightning": TorchCheckpointIO(), "atomic": project("checkpoint_io").AtomicCheckpointIO()}
+        writers = {"lightning": TorchCheckpointIO(), "atomic": project("kit.checkpoint_io").AtomicCheckpointIO()}
         for repeat in range(max(3, repeats)):
             order = ("lightning", "atomic") if repeat % 2 == 0 else ("atomic", "lightning")
             for side in order:
@@ -100,7 +100,7 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug",) if tiny else ()
+    presets = ("debug/tiny",) if tiny else ()
     durations: dict[bool, list[float]] = {True: [], False: []}
     last = Path()
     for repeat in range(repeats):

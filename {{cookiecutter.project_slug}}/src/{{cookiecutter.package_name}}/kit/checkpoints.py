@@ -1,0 +1,147 @@
+"""Where a run's checkpoints live, the best and the newest one, and checks before one is loaded.
+
+``checkpoints/best.ckpt`` comes from ``BestCheckpoint`` (Lightning's ``ModelCheckpoint`` on the monitored
+metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. ``--ckpt_path best|last|<file>`` is resolved
+and checked here before anything runs, so a bad checkpoint stops the command with a clear message
+and leaves every file as it was.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+from .boundaries import StepBoundary
+
+LAST, BEST = "last", "best"
+
+
+def checkpoint_dir(trainer: pl.Trainer) -> Path:
+    """The run's ``checkpoints/`` folder: the one ``ModelCheckpoint`` uses, inside the run directory."""
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            return Path(callback.dirpath)
+    return Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """``checkpoints/best.ckpt``: the weights with the best value of the monitored metric so far.
+
+    Lightning's ``ModelCheckpoint`` with the two settings a run chooses; the file name is fixed, so
+    ``--ckpt_path best`` finds it.
+    """
+
+    def __init__(self, monitor: str = "val/loss", mode: Literal["min", "max"] = "min") -> None:
+        """Configures what "best" means.
+
+        Args:
+            monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``).
+            mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy).
+        """
+        super().__init__(monitor=monitor, mode=mode, filename=BEST, save_top_k=1, enable_version_counter=False)
+
+
+class LastCheckpoint(StepBoundary, Checkpoint):
+    """Keeps ``checkpoints/last.ckpt`` the newest training state: after every epoch and every N optimizer steps.
+
+    Mid-epoch saves happen only at optimizer-step boundaries (see ``boundaries.py``).
+
+    ``ModelCheckpoint`` cannot do both (``every_n_train_steps`` and ``every_n_epochs`` exclude each other),
+    and its ``save_last=True`` rewrites ``last.ckpt`` only when the monitored metric improved (lightning 2.6).
+    """
+
+    def __init__(self, every_n_train_steps: int | None = None) -> None:
+        """Configures when ``last.ckpt`` is rewritten.
+
+        Args:
+            every_n_train_steps: Also save every this many optimizer steps (mid-epoch); ``null``: only at the
+                end of each epoch (and on preemption, see ``Preemption``).
+        """
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps must be >= 1 or null, got {every_n_train_steps}")
+        self.every_n_train_steps = every_n_train_steps
+        self.path: Path | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.path = Path(trainer.strategy.broadcast(str(checkpoint_dir(trainer) / f"{LAST}.ckpt")))
+
+    def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.save(trainer)
+
+    def save(self, trainer: pl.Trainer) -> None:
+        """Writes the current training state to ``last.ckpt`` (all processes call it; rank 0 writes)."""
+        if trainer.sanity_checking or trainer.fast_dev_run or trainer.state.fn != TrainerFn.FITTING:
+            return
+        assert self.path is not None, "setup() sets the path"
+        trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
+
+
+def resolve_ckpt_path(ckpt_path: str, trainer: pl.Trainer, fitting: bool) -> str | None:
+    """The file that ``--ckpt_path`` names: ``best``/``last`` of this run's ``checkpoints/``, or the path itself.
+
+    Returns ``None`` for ``last`` when fitting and there is nothing yet: the run starts from scratch, so one
+    command both starts and resumes a job. Raises ``ValueError`` with the reason in every other missing case.
+    """
+    if ckpt_path not in (BEST, LAST):
+        if not Path(ckpt_path).is_file():
+            raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
+        return ckpt_path
+    path = checkpoint_dir(trainer) / f"{ckpt_path}.ckpt"
+    if path.is_file():
+        return str(path)
+    if ckpt_path == LAST and fitting:
+        return None
+    raise ValueError(f"--ckpt_path {ckpt_path}: no {path} (has `fit` run with this config?)")
+
+
+def read_checkpoint(path: str) -> dict[str, Any]:
+    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used."""
+    try:
+        # mmap: tensors are mapped, not read, so this costs little even for large checkpoints.
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[0]
+        raise ValueError(
+            f"checkpoint {path} holds pickled Python objects and is refused ({reason}). Only tensors and plain"
+            " values load (torch.load weights_only=True); re-save its state_dicts from code you trust."
+        ) from None
+    except Exception as error:  # torch reports a damaged file as RuntimeError, EOFError, IndexError, ...
+        raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
+    return checkpoint
+
+
+def check_checkpoint(path: str, model: torch.nn.Module) -> None:
+    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free checkpoint of ``model``'s architecture."""
+    checkpoint = read_checkpoint(path)
+    saved, expected = checkpoint["state_dict"], model.state_dict()
+    missing, unexpected = sorted(expected.keys() - saved.keys()), sorted(saved.keys() - expected.keys())
+    resized = [
+        f"{k}: {tuple(saved[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items() if _resized(saved, k, v)
+    ]
+    if missing or unexpected or resized:
+        details = "; ".join(
+            f"{label} ({len(keys)}): {', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}"
+            for label, keys in (("missing", missing), ("unexpected", unexpected), ("other shape", resized))
+            if keys
+        )
+        raise ValueError(
+            f"checkpoint {path} was written by a different model than the configured one ({details})."
+            " Use the config of the run that wrote it (its run directory holds config.yaml)."
+        )
+
+
+def _resized(saved: dict[str, object], key: str, value: torch.Tensor) -> bool:
+    other = saved.get(key)
+    return isinstance(other, torch.Tensor) and other.shape != value.shape

@@ -1,0 +1,47 @@
+"""What the kit reads from your task: a few optional attributes, each used only where it exists.
+
+DataModule:
+    ``input_shape`` (tuple of ints): the shape of one input sample, without the batch dimension. The CLI
+        passes it to the model's and its ``network``'s ``input_shape`` argument, and the kit builds the
+        example input below from it.
+    ``num_classes`` (int): passed to the model's and its ``network``'s ``num_classes`` argument.
+    ``batch_size`` (int): samples per batch; the example input's batch size (1 without it).
+
+LightningModule:
+    ``example_input_array`` (Lightning's own attribute): one input batch. The model summary (output
+        shapes), the memory budget (activations) and ``export`` (tracing) use it; without it, zeros of
+        shape ``(batch_size, *input_shape)``.
+
+A link whose attribute or argument is missing is skipped (jsonargparse's rule for subclass links): a
+model without ``num_classes`` simply does not get one. Without any example input the summary has no
+shapes and the memory budget no activation row.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from torch import Tensor
+
+LINKED_ATTRIBUTES = ("input_shape", "num_classes")
+"""DataModule attributes the CLI links into model (and ``model.network``) arguments of the same name."""
+
+
+def example_input(trainer: pl.Trainer) -> Tensor | None:
+    """The input of one measured forward outside the training loop, in the dtype the precision gives real batches.
+
+    The module's ``example_input_array`` if it is a tensor, else a zero batch of the datamodule's
+    ``input_shape``; ``None`` without either, or for a model sharded across processes (FSDP, DeepSpeed),
+    which cannot run outside its wrapper.
+    """
+    if not isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy)):
+        return None
+    defined = trainer.lightning_module.example_input_array
+    if defined is not None:
+        return defined if isinstance(defined, Tensor) else None
+    shape = getattr(trainer.datamodule, "input_shape", None)
+    if shape is None:
+        return None
+    batch = int(getattr(trainer.datamodule, "batch_size", 1))
+    return trainer.precision_plugin.convert_input(torch.zeros((batch, *shape)))

@@ -1,0 +1,121 @@
+"""The example task's LightningModule: classification loss, per-stage metrics, optimizer and schedule wiring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+from torch.optim import Optimizer
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from ..kit.schedules import ScheduleCallable
+
+Batch = tuple[Tensor, Tensor]  # images (B, C, H, W) float32, labels (B,) int64
+
+
+class Classifier(pl.LightningModule):
+    """Trains any ``nn.Module`` that maps images to ``num_classes`` logits with cross-entropy."""
+
+    def __init__(
+        self,
+        network: nn.Module,
+        num_classes: int = 10,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        scheduler: ScheduleCallable | None = None,
+        label_smoothing: float = 0.0,
+        compile_network: bool = False,
+    ) -> None:
+        """Wraps a network for training.
+
+        Args:
+            network: The network, chosen by ``class_path`` (see ``networks.py``).
+            num_classes: Number of classes (linked from the datamodule).
+            optimizer: Optimizer class and arguments; called with the parameters.
+            scheduler: LR schedule; called with the optimizer and the total number of optimizer steps
+                and stepped every optimizer step. ``null`` keeps the LR constant.
+            label_smoothing: Cross-entropy label smoothing in ``[0, 1)``.
+            compile_network: Compile the network in place with ``torch.compile`` (state_dict keys unchanged).
+        """
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        # Under the CLI the hyperparameters are the plain config, so `load_from_checkpoint` can rebuild
+        # the model; built by hand they would be live objects, which `weights_only` loading refuses.
+        self.save_hyperparameters()
+        if live := [name for name, value in self.hparams.items() if not _is_plain(value)]:
+            self.save_hyperparameters(ignore=live)
+        self.network = network
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.label_smoothing = label_smoothing
+        self.compile_network = compile_network
+        self.metrics = nn.ModuleDict(
+            {
+                f"{stage}_{kind}": MulticlassAccuracy(num_classes, average="micro") if kind == "acc" else MeanMetric()
+                for stage in ("train", "val", "test")
+                for kind in ("acc", "loss")
+            }
+        )
+
+    def configure_model(self) -> None:
+        # Compile the network, not this module: a compiled LightningModule breaks `self.log`
+        # (lightning#21836), and `torch.compile(net)` would prefix checkpoint keys with `_orig_mod.`.
+        if self.compile_network and getattr(self.network, "_compiled_call_impl", None) is None:
+            self.network.compile()
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.network(images)  # (B, num_classes) logits
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+
+    def predict_step(self, batch: Batch | Tensor, batch_idx: int) -> Tensor:
+        images = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self(images).float().softmax(dim=-1)  # (B, num_classes) class probabilities
+
+    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
+        # Called after backward (and AMP unscaling) but before clipping: the norm of the raw gradients.
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        total_steps = self.trainer.estimated_stepping_batches
+        scheduler = self.scheduler_factory(optimizer, total_steps)  # type: ignore[arg-type]
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
+        accuracy, mean_loss = self.metrics[f"{stage}_acc"], self.metrics[f"{stage}_loss"]
+        # Metric objects accumulate detached state and are synchronised across processes at epoch end.
+        accuracy(logits.detach(), labels)
+        mean_loss(loss.detach(), weight=len(labels))
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", mean_loss, on_step=on_step, on_epoch=True, prog_bar=True)
+        self.log(f"{stage}/acc", accuracy, on_step=on_step, on_epoch=True, prog_bar=stage != "train")
+        return loss
+
+
+def _is_plain(value: object) -> bool:
+    """Whether ``value`` is built of config types only (what a ``weights_only`` load accepts)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))

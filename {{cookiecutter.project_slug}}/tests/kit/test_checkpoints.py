@@ -1,0 +1,244 @@
+"""Checkpoints: last.ckpt is always the newest state, writes survive kill -9, bad checkpoints are refused.
+
+Every refusal exits 2 with a message naming the file and the problem, before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from support import CONFIGS, PACKAGE, run_dir_flags
+from faults import fault
+
+checkpoint_io = importlib.import_module(f"{PACKAGE}.checkpoint_io")
+
+
+def run(cli: ModuleType, subcommand: str, run_dir: Path, *args: str, presets: tuple[str, ...] = ("debug",)) -> Any:
+    configs = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", *presets)]
+    flags = ["--trainer.enable_progress_bar=false", *run_dir_flags(run_dir)]
+    return cli.build_cli([subcommand, *configs, *flags, *args])
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.iterdir())}
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(in_tmp: Path) -> None:
+    """Every test runs in an empty folder: nothing lands in the project."""
+
+
+@pytest.fixture(scope="module")
+def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished debug run (2 epochs x 4 steps); tests work on copies of it."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    run(cli, "fit", run_dir)
+    return run_dir
+
+
+@pytest.fixture
+def run_dir(trained: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def test_last_is_rewritten_every_n_steps_mid_epoch(cli: ModuleType, tmp_path: Path) -> None:
+    # configs/checkpoint_steps.yaml, every 3 steps; the run crashes after step 7 (epoch 1 holds steps 5-8).
+    with pytest.raises(RuntimeError, match="injected crash"):
+        run(
+            cli,
+            "fit",
+            tmp_path / "run",
+            "--last_checkpoint.every_n_train_steps=3",
+            fault("RaiseAtStep", step=7),
+            presets=("debug/tiny", "training/checkpoint_steps"),
+        )
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 6  # newer than the end of epoch 0 (step 4) and than best.ckpt
+    assert last["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 2}]
+    assert torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4
+
+
+def test_best_and_last_resolve_to_files_without_warnings(cli: ModuleType, run_dir: Path) -> None:
+    for alias in ("best", "last"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            validated = run(cli, "validate", run_dir, f"--ckpt_path={alias}")
+        assert validated.trainer.ckpt_path == str(run_dir / "checkpoints" / f"{alias}.ckpt")
+        assert not [w for w in caught if "ModelCheckpoint" in str(w.message)]  # "multiple ... callbacks"
+
+
+def _corrupt(path: Path) -> None:
+    path.write_bytes(b"this is not a checkpoint")
+
+
+def _truncated(path: Path) -> None:
+    data = (path.parent / "last.ckpt").read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # what a non-atomic write leaves when it is killed
+
+
+class _Payload:
+    """Unpickling this runs ``os.mkdir(marker)``: what a malicious checkpoint would do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def _pickled(path: Path) -> None:
+    checkpoint = torch.load(path.parent / "last.ckpt", weights_only=True)
+    torch.save({**checkpoint, "extra": _Payload(path.parent.parent / "pwned")}, path)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_corrupt, "is not readable (truncated or corrupt?)"),
+        (_truncated, "is not readable (truncated or corrupt?)"),
+        (_pickled, "holds pickled Python objects and is refused"),
+    ],
+    ids=["garbage", "truncated", "pickled-object"],
+)
+def test_unreadable_or_unsafe_checkpoint_exits_2_and_changes_nothing(
+    cli: ModuleType, run_dir: Path, capsys: pytest.CaptureFixture[str], make: Any, message: str
+) -> None:
+    bad = run_dir / "checkpoints" / "bad.ckpt"
+    make(bad)
+    before = digests(run_dir / "checkpoints")
+    for subcommand in ("fit", "validate"):
+        with pytest.raises(SystemExit) as exit_info:
+            run(cli, subcommand, run_dir, f"--ckpt_path={bad}")
+        assert exit_info.value.code == 2
+        assert f"checkpoint {bad} {message}" in capsys.readouterr().err
+    assert digests(run_dir / "checkpoints") == before
+    assert not (run_dir.parent / "pwned").exists()  # the payload never ran
+
+
+def test_checkpoint_io_reads_with_weights_only(run_dir: Path) -> None:
+    _pickled(run_dir / "checkpoints" / "bad.ckpt")
+    with pytest.raises(Exception, match="Weights only load failed"):
+        checkpoint_io.AtomicCheckpointIO().load_checkpoint(run_dir / "checkpoints" / "bad.ckpt")
+    assert not (run_dir.parent / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("presets", "args", "detail"),
+    [
+        (("debug", "transformer"), [], "missing ("),  # another network altogether
+        (("debug",), ["--model.network.init_args.widths=[8, 16]"], "other shape ("),  # the same network, resized
+    ],
+    ids=["other-network", "other-widths"],
+)
+def test_checkpoint_of_another_model_exits_2_and_changes_nothing(
+    cli: ModuleType,
+    run_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    presets: tuple[str, ...],
+    args: list[str],
+    detail: str,
+) -> None:
+    before = digests(run_dir / "checkpoints")
+    with pytest.raises(SystemExit) as exit_info:
+        run(cli, "fit", run_dir, *args, "--ckpt_path=last", presets=presets)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {run_dir / 'checkpoints' / 'last.ckpt'} was written by a different model" in err
+    assert detail in err
+    assert digests(run_dir / "checkpoints") == before
+
+
+def test_last_with_nothing_to_resume_starts_fresh_for_fit_and_exits_2_otherwise(
+    cli: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], lightning_log: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run(cli, "validate", tmp_path / "run", "--ckpt_path=last")
+    assert exit_info.value.code == 2
+    assert f"--ckpt_path last: no {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().err
+    fitted = run(cli, "fit", tmp_path / "run", "--ckpt_path=last")
+    assert fitted.trainer.global_step == 8
+    assert any("nothing to resume" in line and "starts from scratch" in line for line in lightning_log)
+
+
+def test_checkpoint_written_on_gpu_loads_on_cpu(cli: ModuleType, run_dir: Path, tmp_path: Path) -> None:
+    # Re-save the checkpoint with every tensor tagged `cuda:0`, as a GPU run writes it (torch's own tagging hook).
+    gpu = tmp_path / "gpu.ckpt"
+    script = (
+        "import sys, torch\n"
+        "torch.serialization.register_package(0, lambda storage: 'cuda:0', lambda storage, location: None)\n"
+        "torch.save(torch.load(sys.argv[1], weights_only=True), sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(run_dir / "checkpoints" / "last.ckpt"), str(gpu)], check=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(gpu, weights_only=True)  # the tags are real: a plain load needs a GPU
+    original = run(cli, "validate", run_dir, "--ckpt_path=last").trainer.callback_metrics["val/acc"]
+    moved = run(cli, "validate", run_dir, f"--ckpt_path={gpu}").trainer.callback_metrics["val/acc"]
+    assert moved == original
+    resumed = run(cli, "fit", tmp_path / "resumed", f"--ckpt_path={gpu}", "--trainer.max_epochs=3")
+    assert resumed.trainer.global_step == 12  # weights, optimizer state and loops all restored on the CPU
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_run_resumes_on_cpu(cli: ModuleType, tmp_path: Path) -> None:
+    run(cli, "fit", tmp_path / "run", "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.max_epochs=1")
+    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    resumed = run(cli, "fit", tmp_path / "run", "--trainer.accelerator=cpu", "--ckpt_path=last")
+    assert resumed.trainer.global_step == 8
+    assert all(p.device.type == "cpu" for p in resumed.model.parameters())
+
+
+def _save_forever(path: Path, checkpoint: dict[str, Any], atomic: bool) -> None:
+    """Child process: rewrites ``path`` with an increasing step until it is killed."""
+    for step in range(1, 1_000_000):
+        checkpoint["step"] = step
+        if atomic:
+            checkpoint_io.AtomicCheckpointIO().save_checkpoint(checkpoint, path)
+        else:
+            torch.save(checkpoint, path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "plain-torch-save"])
+def test_kill_9_while_saving_never_leaves_a_broken_checkpoint(tmp_path: Path, atomic: bool) -> None:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    checkpoint = {"state_dict": {"weight": torch.randn(2_000_000)}, "step": 0}  # 8 MB: a write takes a while
+    path.parent.mkdir()
+    torch.save(checkpoint, path)  # a good checkpoint from before the kills
+    fork = multiprocessing.get_context("fork")  # starts at once: this process has imported torch already
+    delays = random.Random(0)
+    broken = 0
+    for _ in range(12):
+        writer = fork.Process(target=_save_forever, args=(path, checkpoint, atomic))
+        writer.start()
+        writer.join(timeout=delays.uniform(0.2, 0.6))  # let it save a few times, then kill it, mostly mid-write
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join()
+        assert writer.exitcode == -signal.SIGKILL
+        try:
+            loaded = torch.load(path, weights_only=True)
+        except Exception:
+            broken += 1
+        else:
+            assert torch.equal(loaded["state_dict"]["weight"], checkpoint["state_dict"]["weight"])
+    if atomic:
+        assert broken == 0
+        assert len(list(path.parent.glob(".last.ckpt.*.tmp"))) <= 1  # a killed write's leftover, removed next time
+    else:
+        assert broken > 0  # the same kills do break a plain torch.save: this test can tell

@@ -1,0 +1,74 @@
+"""scripts/slurm.sbatch in a simulated one-task SLURM job: the requeue signal, then the requeued job resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from support import CONFIGS, ROOT
+from faults import fault
+
+CONFIG_FLAGS = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug/tiny")]
+RUN = Path("runs/debug")
+JOB = {  # what srun sets for the single task of job 4242
+    "SLURM_JOB_ID": "4242",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_NNODES": "1",
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_NODELIST": "localhost",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+}
+FAKE_COMMANDS = {
+    "srun": 'exec "$@"\n',  # one task: run it here
+    "scontrol": 'echo "$@" >> "$SCONTROL_LOG"\nkill -TERM "$PPID"\n',  # log; then SIGTERM the job, as a requeue does
+}
+
+
+@pytest.fixture
+def job_env(in_tmp: Path) -> dict[str, str]:
+    """The environment of the job, with fake ``srun``/``scontrol``, in a folder that looks like the project root."""
+    bin_dir = in_tmp / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_COMMANDS.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}")
+        (bin_dir / name).chmod(0o755)
+    (in_tmp / "src").symlink_to(ROOT / "src")  # the script finds the package under src/ of the submit folder
+    return {
+        **os.environ,
+        **JOB,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "tests"),  # faults.SignalAtStep
+        "PYTHONWARNINGS": "ignore",
+        "SCONTROL_LOG": str(in_tmp / "scontrol.log"),
+    }
+
+
+def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_env: dict[str, str]) -> None:
+    sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch"), *CONFIG_FLAGS, "--trainer.enable_progress_bar=false"]
+    first = run(job_env, [*sbatch, fault("SignalAtStep", step=2, signum=int(signal.SIGUSR1))])  # SIGUSR1 after step 2
+    assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-3000:]
+    assert Path("scontrol.log").read_text() == "requeue 4242\n"
+    hpc = torch.load("runs/slurm-4242/hpc_ckpt_1.ckpt", weights_only=True)  # Lightning's, in default_root_dir
+    stopped = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
+    assert 2 <= stopped["global_step"] == hpc["global_step"] < 8  # stopped early, at a step boundary
+
+    requeued = run({**job_env, "SLURM_RESTART_COUNT": "1"}, sbatch)  # the same command, run again by SLURM
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    restored = f"Restored all states from the checkpoint at {RUN / 'checkpoints/last.ckpt'}"
+    assert restored in requeued.stdout + requeued.stderr
+    resumed = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 8  # finished; the resume tests prove `--ckpt_path last` exact

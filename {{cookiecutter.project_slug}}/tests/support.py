@@ -1,0 +1,58 @@
+"""What every test shares: where the project is, its package, and a way to run the command line in a process.
+
+The package is found under ``src/``, so nothing here needs an edit when it is renamed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+CONFIGS = ROOT / "configs"
+(PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
+
+
+def submodule(name: str) -> ModuleType:
+    """``<package>.<name>``, e.g. ``submodule("kit.cli")``."""
+    return importlib.import_module(f"{PACKAGE}.{name}")
+
+
+def launch(
+    package: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m <package> *args`` in ``cwd``; stdout and stderr together are the result's ``stdout``.
+
+    ``tests/`` and ``tests/kit/`` are on ``PYTHONPATH``, so callbacks of ``probes.py`` and ``faults.py`` and the
+    fixture task named on the command line import in every process (DDP ones too). Output goes to
+    ``cwd/out.log``, not a pipe: DataLoader workers of a killed process hold a pipe open until they notice their
+    parent is gone, which would keep the caller waiting.
+    """
+    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **(env or {})}
+    log = cwd / "out.log"
+    with open(log, "w") as out:
+        process = subprocess.run(
+            [sys.executable, "-m", package, *args],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            timeout=timeout,
+        )
+    return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
+
+
+def run_dir_flags(run_dir: Path | str) -> list[str]:
+    """Flags that make a run write exactly into ``run_dir``, read as ``<default_root_dir>/<experiment>/<name>``."""
+    run_dir = Path(run_dir)
+    return [
+        f"--trainer.default_root_dir={run_dir.parent.parent}",
+        f"--run.experiment={run_dir.parent.name}",
+        f"--run.name={run_dir.name}",
+    ]

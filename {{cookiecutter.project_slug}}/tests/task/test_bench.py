@@ -1,0 +1,26 @@
+"""The benchmark scripts run end to end, in tiny mode (seconds; its numbers measure nothing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import ROOT
+
+
+@pytest.mark.slow
+def test_bench_runner_tiny(in_tmp: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    args = [sys.executable, str(ROOT / "bench" / "run.py"), "--tiny=true"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout
+    for comparison in ("Trainer overhead", "Compiled Transformer", "Startup", "Data pipeline", "Precision", "DDP"):
+        assert f"| {comparison}" in table
+    assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped
+    assert "losses over 6 steps: identical" in table  # fit and the hand-written loop compute the same thing
+    assert "same weights | yes" in table  # two DDP processes end where one process does
+    assert "Machine: " in table
