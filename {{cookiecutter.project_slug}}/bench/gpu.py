@@ -55,7 +55,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     networks = project("task.networks")
     sizes = {"configured": configured}
     if not tiny:
-        sizes["wide"] = networks.TransformerClassifier(data.num_classes, data.in_channels, data.image_size, **WIDE)
+        sizes["wide"] = networks.TransformerClassifier(data.num_classes, data.input_shape, **WIDE)
     batch = data.batch_size if tiny else 4 * data.batch_size
     device = torch.device("cuda")
     rows = []

@@ -46,7 +46,7 @@ class SignalAtStep(Callback):
 
 
 class NaNInputAtStep(Callback):
-    """Puts a NaN into the first image of each batch that starts at global step ``step``."""
+    """Puts a NaN into the first input of each batch that starts at global step ``step``."""
 
     def __init__(self, step: int) -> None:
         self.step = step
@@ -55,7 +55,7 @@ class NaNInputAtStep(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: tuple[Tensor, Tensor], batch_idx: int
     ) -> None:
         if trainer.global_step == self.step:
-            batch[0][0, 0, 0, 0] = float("nan")
+            batch[0].view(-1)[0] = float("nan")
 
 
 class RaiseAtStep(Callback):

@@ -7,6 +7,7 @@ Callbacks are named by class path on the command line (``--trainer.callbacks+=pr
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -152,16 +153,15 @@ class _NanBackward(torch.autograd.Function):
 class NanGradientNet(nn.Module):
     """A linear classifier with a finite forward and a NaN backward: what ``detect_anomaly`` must catch."""
 
-    def __init__(self, num_classes: int = 10, in_channels: int = 1, image_size: int = 28) -> None:
+    def __init__(self, num_classes: int = 10, input_shape: tuple[int, ...] = (1, 28, 28)) -> None:
         """Builds the network.
 
         Args:
             num_classes: Number of output logits.
-            in_channels: Channels of the input images.
-            image_size: Height and width of the input images.
+            input_shape: Shape of one input.
         """
         super().__init__()
-        self.linear = nn.Linear(in_channels * image_size * image_size, num_classes)
+        self.linear = nn.Linear(math.prod(input_shape), num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
         return _NanBackward.apply(self.linear(x.flatten(1)))  # (B, num_classes)

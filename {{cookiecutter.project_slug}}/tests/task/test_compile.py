@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -36,9 +37,9 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield built, before, run_dir / "runs/transformer/checkpoints"
 
 
-def eager_classifier(networks: ModuleType, module: ModuleType, seed: int) -> torch.nn.Module:
+def eager_classifier(networks: ModuleType, classifier: ModuleType, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return classifier.Classifier(networks.TransformerClassifier(**NETWORK)).eval()
+    return classifier.Classifier(functools.partial(networks.TransformerClassifier, **NETWORK)).eval()
 
 
 def outputs(model: torch.nn.Module, seed: int = 0) -> torch.Tensor:
@@ -48,14 +49,14 @@ def outputs(model: torch.nn.Module, seed: int = 0) -> torch.Tensor:
 
 
 def test_compiled_fit_trains_and_keeps_checkpoint_keys(
-    compiled: tuple, networks: ModuleType, module: ModuleType
+    compiled: tuple, networks: ModuleType, classifier: ModuleType
 ) -> None:
     built, _, checkpoints = compiled
     assert built.model.network._compiled_call_impl is not None  # compiled in place
     assert built.trainer.global_step == EPOCHS * STEPS_PER_EPOCH
     assert torch.isfinite(built.trainer.callback_metrics["train/loss_epoch"])
     state = torch.load(checkpoints / "last.ckpt", weights_only=True)["state_dict"]
-    assert set(state) == set(eager_classifier(networks, module, 0).state_dict())  # no `_orig_mod.` prefixes
+    assert set(state) == set(eager_classifier(networks, classifier, 0).state_dict())  # no `_orig_mod.` prefixes
 
 
 def test_no_recompilation_after_the_first_step(compiled: tuple) -> None:
@@ -68,17 +69,17 @@ def test_no_recompilation_after_the_first_step(compiled: tuple) -> None:
 
 
 def test_eager_and_compiled_checkpoints_load_into_each_other(
-    compiled: tuple, networks: ModuleType, module: ModuleType, tmp_path: Path
+    compiled: tuple, networks: ModuleType, classifier: ModuleType, tmp_path: Path
 ) -> None:
     built, _, checkpoints = compiled
     compiled_model = built.model.eval()
     graphs = probes.graphs_compiled()
 
-    eager = eager_classifier(networks, module, seed=0)  # compiled checkpoint -> eager model
+    eager = eager_classifier(networks, classifier, seed=0)  # compiled checkpoint -> eager model
     eager.load_state_dict(torch.load(checkpoints / "last.ckpt", weights_only=True)["state_dict"])
     torch.testing.assert_close(outputs(eager), outputs(compiled_model), rtol=1e-5, atol=1e-5)
 
-    other = eager_classifier(networks, module, seed=1)  # eager checkpoint -> compiled model
+    other = eager_classifier(networks, classifier, seed=1)  # eager checkpoint -> compiled model
     assert not torch.allclose(outputs(other), outputs(compiled_model))
     torch.save({"state_dict": other.state_dict()}, tmp_path / "eager.ckpt")
     compiled_model.load_state_dict(torch.load(tmp_path / "eager.ckpt", weights_only=True)["state_dict"])

@@ -54,11 +54,10 @@ class ProjectCLI(LightningCLI):
         return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # The datamodule is the one place these numbers are set; the model and its network follow it.
-        # jsonargparse skips a link whose source attribute or target argument does not exist (see protocol.py).
+        # The datamodule is the one place these numbers are set; the model follows it. jsonargparse skips a
+        # link whose source attribute or target argument does not exist (see protocol.py).
         for name in LINKED_ATTRIBUTES:
-            for target in (f"model.init_args.{name}", f"model.init_args.network.init_args.{name}"):
-                parser.link_arguments(f"data.{name}", target, apply_on="instantiate")
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         parser.add_class_arguments(RunDirectory, "run")
         # Always present, each configurable by its own key from presets and flags.
         parser.add_lightning_class_args(BestCheckpoint, "best_checkpoint")

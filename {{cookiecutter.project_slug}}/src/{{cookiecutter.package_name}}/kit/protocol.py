@@ -2,9 +2,8 @@
 
 DataModule:
     ``input_shape`` (tuple of ints): the shape of one input sample, without the batch dimension. The CLI
-        passes it to the model's and its ``network``'s ``input_shape`` argument, and the kit builds the
-        example input below from it.
-    ``num_classes`` (int): passed to the model's and its ``network``'s ``num_classes`` argument.
+        passes it to the model's ``input_shape`` argument, and the kit builds the example input below from it.
+    ``num_classes`` (int): passed to the model's ``num_classes`` argument.
     ``batch_size`` (int): samples per batch; the example input's batch size (1 without it).
 
 LightningModule:
@@ -25,7 +24,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import Tensor
 
 LINKED_ATTRIBUTES = ("input_shape", "num_classes")
-"""DataModule attributes the CLI links into model (and ``model.network``) arguments of the same name."""
+"""DataModule attributes the CLI links into the model's arguments of the same name."""
 
 
 def example_input(trainer: pl.Trainer) -> Tensor | None:

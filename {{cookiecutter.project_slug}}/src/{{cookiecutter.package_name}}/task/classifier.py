@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,6 +17,8 @@ from torchmetrics.classification import MulticlassAccuracy
 from ..kit.schedules import ScheduleCallable
 
 Batch = tuple[Tensor, Tensor]  # images (B, C, H, W) float32, labels (B,) int64
+NetworkCallable = Callable[[int, tuple[int, ...]], nn.Module]
+"""Builds the network from ``num_classes`` and ``input_shape``: a class of ``networks.py`` and its other arguments."""
 
 
 class Classifier(pl.LightningModule):
@@ -23,8 +26,9 @@ class Classifier(pl.LightningModule):
 
     def __init__(
         self,
-        network: nn.Module,
+        network: NetworkCallable,
         num_classes: int = 10,
+        input_shape: tuple[int, ...] = (1, 28, 28),
         optimizer: OptimizerCallable = torch.optim.AdamW,
         scheduler: ScheduleCallable | None = None,
         label_smoothing: float = 0.0,
@@ -33,8 +37,10 @@ class Classifier(pl.LightningModule):
         """Wraps a network for training.
 
         Args:
-            network: The network, chosen by ``class_path`` (see ``networks.py``).
+            network: The network's class (``class_path``, see ``networks.py``) and its arguments; it is built
+                here with ``num_classes`` and ``input_shape``.
             num_classes: Number of classes (linked from the datamodule).
+            input_shape: ``(C, H, W)`` of one image (linked from the datamodule).
             optimizer: Optimizer class and arguments; called with the parameters.
             scheduler: LR schedule; called with the optimizer and the total number of optimizer steps
                 and stepped every optimizer step. ``null`` keeps the LR constant.
@@ -49,7 +55,7 @@ class Classifier(pl.LightningModule):
         self.save_hyperparameters()
         if live := [name for name, value in self.hparams.items() if not _is_plain(value)]:
             self.save_hyperparameters(ignore=live)
-        self.network = network
+        self.network = network(num_classes, input_shape)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.label_smoothing = label_smoothing

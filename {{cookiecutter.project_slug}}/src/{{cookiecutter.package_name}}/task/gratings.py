@@ -97,8 +97,8 @@ class GratingsDataset(Dataset[tuple[Tensor, Tensor]]):
 class GratingsDataModule(pl.LightningDataModule):
     """Oriented gratings under noise, generated from a seed; no download, no extra dependency.
 
-    ``num_classes`` and ``input_shape`` are read by the CLI and linked into the model and its network,
-    so they are set in this one place.
+    ``num_classes`` and ``input_shape`` are linked by the CLI into the model, which builds its network
+    with them), so they are set in this one place.
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """Plain ``nn.Module`` networks: no Lightning, no devices, no training code.
 
-Every network takes ``num_classes`` and ``input_shape`` first; the CLI links them from the
-datamodule's attributes of the same names, so the numbers live in one place. Inputs are
+Every network takes ``num_classes`` and ``input_shape`` first; the classifier builds them with the
+numbers the CLI links from the datamodule, so they live in one place. Inputs are
 ``(B, C, H, W)`` float32 images, outputs ``(B, num_classes)`` logits.
 """
 

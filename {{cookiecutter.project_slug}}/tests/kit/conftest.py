@@ -1,0 +1,36 @@
+"""Fixtures of the kit's tests: every command runs the fixture task (``fixture.yaml``), never the example."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from support import PACKAGE, TESTS, launch, submodule
+
+FIXTURE_CONFIG = TESTS / "kit" / "fixture.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _fixture_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands start from the fixture task's config, in this process and in the processes it launches."""
+    monkeypatch.setenv(submodule("kit.cli").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+
+
+@pytest.fixture(scope="session")
+def cli() -> ModuleType:
+    return submodule("kit.cli")
+
+
+@pytest.fixture
+def run_cli(cli: ModuleType, in_tmp: Path) -> Callable[..., object]:
+    """Runs a subcommand of the CLI in this process on the fixture task (plus ``args``) and returns it."""
+    return lambda subcommand, *args: cli.build_cli([subcommand, *args])
+
+
+@pytest.fixture
+def run_process(in_tmp: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Runs ``python -m <package>`` on the fixture task in a fresh process and returns the finished process."""
+    return lambda *args, timeout=300: launch(PACKAGE, *args, cwd=in_tmp, timeout=timeout)

@@ -1,0 +1,132 @@
+"""The kit tests' own task, not images: regress the slope of a noisy 1-D sequence.
+
+Ordinary code, as a team writes it on day one, with nothing from the kit: a map-style ``Dataset`` whose
+``__getitem__`` augments with the global torch, ``random`` and NumPy RNGs, ``DataLoader(shuffle=True)``,
+and a LightningModule with its own optimizer and a schedule sized from ``estimated_stepping_batches``.
+The kit's tests run on it, so they keep passing when a team replaces the example task.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset
+
+Batch = tuple[Tensor, Tensor]  # sequences (B, L) float32, slopes (B, 1) float32
+
+
+class Sequences(Dataset[Batch]):
+    """Sequences and their slopes; training samples get noise, a random gain and a random shift."""
+
+    def __init__(self, inputs: Tensor, targets: Tensor, augment: bool) -> None:
+        self.inputs, self.targets, self.augment = inputs, targets, augment
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index: int) -> Batch:
+        x = self.inputs[index].clone()  # (L,)
+        if self.augment:
+            x = x + 0.05 * torch.randn_like(x)  # torch's global RNG
+            x = x * random.uniform(0.9, 1.1)  # Python's
+            x = x + float(np.random.normal(0.0, 0.05))  # NumPy's
+        return x, self.targets[index]
+
+
+class SequenceData(pl.LightningDataModule):
+    """Noisy lines ``slope * t + noise`` over ``length`` points; the target is the slope."""
+
+    def __init__(
+        self,
+        length: int = 16,
+        train_size: int = 256,
+        val_size: int = 64,
+        batch_size: int = 16,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        """Configures the data.
+
+        Args:
+            length: Points per sequence.
+            train_size: Training sequences.
+            val_size: Validation (also test and predict) sequences.
+            batch_size: Sequences per batch.
+            num_workers: DataLoader worker processes.
+            seed: Seed of the data itself.
+        """
+        super().__init__()
+        self.input_shape = (length,)  # the kit links it into the model's `input_shape`
+        self.length, self.sizes = length, {"train": train_size, "val": val_size}
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.datasets: dict[str, Sequences] = {}
+
+    def setup(self, stage: str) -> None:
+        generator = torch.Generator().manual_seed(self.seed)
+        t = torch.linspace(0.0, 1.0, self.length)  # (L,)
+        for split, size in self.sizes.items():
+            slopes = torch.rand(size, 1, generator=generator) * 2 - 1  # (N, 1)
+            inputs = slopes * t + 0.1 * torch.randn(size, self.length, generator=generator)  # (N, L)
+            self.datasets[split] = Sequences(inputs, slopes, augment=split == "train")
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.datasets["train"], batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.datasets["val"], batch_size=self.batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.val_dataloader()
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.val_dataloader()
+
+
+class SequenceRegressor(pl.LightningModule):
+    """A small MLP with dropout, AdamW and a one-cycle schedule stepped every optimizer step."""
+
+    def __init__(self, input_shape: tuple[int, ...] = (16,), hidden: int = 32, dropout: float = 0.1, lr: float = 0.01):
+        """Builds the model.
+
+        Args:
+            input_shape: ``(L,)`` of one sequence (linked from the datamodule).
+            hidden: Hidden width.
+            dropout: Dropout probability.
+            lr: Peak learning rate.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(
+            nn.Linear(input_shape[0], hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1)
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)  # (B, 1)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        loss = F.mse_loss(self(batch[0]), batch[1])
+        self.log("train/loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self.log("val/loss", F.mse_loss(self(batch[0]), batch[1]))
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self.log("test/loss", F.mse_loss(self(batch[0]), batch[1]))
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        return self(batch[0])
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
