@@ -59,16 +59,23 @@ class NaNInputAtStep(Callback):
 
 
 class RaiseAtStep(Callback):
-    """Crashes the run with a ``RuntimeError`` right after optimizer step ``step``."""
+    """Crashes the run with a ``RuntimeError`` right after optimizer step ``step``.
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    With ``marker``, only once: the crash creates that file, and a rerun (from the saved config) that finds it
+    trains on.
+    """
+
+    def __init__(self, step: int, marker: str | None = None) -> None:
+        self.step, self.marker = step, marker
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
     ) -> None:
-        if trainer.global_step == self.step:
-            raise RuntimeError(f"injected crash after step {self.step}")
+        if trainer.global_step != self.step or (self.marker is not None and os.path.exists(self.marker)):
+            return
+        if self.marker is not None:
+            open(self.marker, "x").close()
+        raise RuntimeError(f"injected crash after step {self.step}")
 
 
 def fault(name: str, **init_args: int | str) -> str:

@@ -107,8 +107,8 @@ def graphs_compiled() -> int:
 class RankRecorder(pl.Callback):
     """Writes ``<directory>/rank<N>.json``: what this process trained on and the metrics it ended with.
 
-    Per epoch: the ``(epoch, index)`` keys of this process's sampler and the labels of the batches it
-    trained on. Per step: this process's own loss. At the end: the epoch metrics as this process sees them.
+    Per epoch: the targets of the batches this process trained on (``batch[1]``, flattened: they name the
+    samples). Per step: this process's own loss. At the end: the epoch metrics as this process sees them.
     """
 
     def __init__(self, directory: str = ".") -> None:
@@ -121,14 +121,13 @@ class RankRecorder(pl.Callback):
         self.record: dict[str, Any] = {"epochs": [], "step_losses": []}
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        loader = trainer.train_dataloader
-        self.record["num_workers"] = loader.num_workers
-        self.record["epochs"].append({"keys": [list(key) for key in loader.sampler], "labels": []})
+        self.record["num_workers"] = trainer.train_dataloader.num_workers
+        self.record["epochs"].append({"targets": []})
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, *args: Any
     ) -> None:
-        self.record["epochs"][-1]["labels"].extend(batch[1].tolist())
+        self.record["epochs"][-1]["targets"].extend(batch[1].flatten().tolist())
         self.record["step_losses"].append(float(outputs["loss"]))
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -13,10 +13,15 @@ from support import PACKAGE, TESTS, launch, submodule
 FIXTURE_CONFIG = TESTS / "kit" / "fixture.yaml"
 
 
-@pytest.fixture(autouse=True)
-def _fixture_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Commands start from the fixture task's config, in this process and in the processes it launches."""
-    monkeypatch.setenv(submodule("kit.cli").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+@pytest.fixture(scope="module", autouse=True)
+def _fixture_task() -> Iterator[None]:
+    """Commands start from the fixture task's config, in this process and in the processes it launches.
+
+    Module-scoped, so that module-scoped fixtures (a shared trained run) see it too.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(submodule("kit.cli").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ The kit's tests run on it, so they keep passing when a team replaces the example
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import numpy as np
@@ -50,6 +50,7 @@ class SequenceData(pl.LightningDataModule):
         batch_size: int = 16,
         num_workers: int = 0,
         seed: int = 0,
+        augment: bool = True,
     ) -> None:
         """Configures the data.
 
@@ -60,11 +61,12 @@ class SequenceData(pl.LightningDataModule):
             batch_size: Sequences per batch.
             num_workers: DataLoader worker processes.
             seed: Seed of the data itself.
+            augment: Random noise, gain and offset on training sequences.
         """
         super().__init__()
         self.input_shape = (length,)  # the kit links it into the model's `input_shape`
         self.length, self.sizes = length, {"train": train_size, "val": val_size}
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.batch_size, self.num_workers, self.seed, self.augment = batch_size, num_workers, seed, augment
         self.datasets: dict[str, Sequences] = {}
 
     def setup(self, stage: str) -> None:
@@ -73,7 +75,7 @@ class SequenceData(pl.LightningDataModule):
         for split, size in self.sizes.items():
             slopes = torch.rand(size, 1, generator=generator) * 2 - 1  # (N, 1)
             inputs = slopes * t + 0.1 * torch.randn(size, self.length, generator=generator)  # (N, L)
-            self.datasets[split] = Sequences(inputs, slopes, augment=split == "train")
+            self.datasets[split] = Sequences(inputs, slopes, augment=self.augment and split == "train")
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(
@@ -91,9 +93,16 @@ class SequenceData(pl.LightningDataModule):
 
 
 class SequenceRegressor(pl.LightningModule):
-    """A small MLP with dropout, AdamW and a one-cycle schedule stepped every optimizer step."""
+    """A small MLP with dropout, and AdamW (or SGD) under a one-cycle schedule stepped every optimizer step."""
 
-    def __init__(self, input_shape: tuple[int, ...] = (16,), hidden: int = 32, dropout: float = 0.1, lr: float = 0.01):
+    def __init__(
+        self,
+        input_shape: tuple[int, ...] = (16,),
+        hidden: int = 32,
+        dropout: float = 0.1,
+        lr: float = 0.01,
+        optimizer: Literal["adamw", "sgd"] = "adamw",
+    ) -> None:
         """Builds the model.
 
         Args:
@@ -101,6 +110,7 @@ class SequenceRegressor(pl.LightningModule):
             hidden: Hidden width.
             dropout: Dropout probability.
             lr: Peak learning rate.
+            optimizer: ``adamw``, or plain ``sgd`` (whose step is proportional to the gradient).
         """
         super().__init__()
         self.save_hyperparameters()
@@ -117,7 +127,7 @@ class SequenceRegressor(pl.LightningModule):
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self.log("val/loss", F.mse_loss(self(batch[0]), batch[1]))
+        self.log("val/loss", F.mse_loss(self(batch[0]), batch[1]), sync_dist=True)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self.log("test/loss", F.mse_loss(self(batch[0]), batch[1]))
@@ -126,7 +136,22 @@ class SequenceRegressor(pl.LightningModule):
         return self(batch[0])
 
     def configure_optimizers(self) -> Any:
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr)
+        kind = torch.optim.AdamW if self.hparams.optimizer == "adamw" else torch.optim.SGD
+        optimizer = kind(self.parameters(), lr=self.hparams.lr)
         total = int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class LinearRegressor(SequenceRegressor):
+    """The same task with one linear layer: a model whose checkpoints do not fit ``SequenceRegressor``."""
+
+    def __init__(self, input_shape: tuple[int, ...] = (16,), lr: float = 0.01) -> None:
+        """Builds the model.
+
+        Args:
+            input_shape: ``(L,)`` of one sequence (linked from the datamodule).
+            lr: Peak learning rate.
+        """
+        super().__init__(input_shape, lr=lr)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], 1))

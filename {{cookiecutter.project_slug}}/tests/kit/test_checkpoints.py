@@ -6,7 +6,6 @@ Every refusal exits 2 with a message naming the file and the problem, before any
 from __future__ import annotations
 
 import hashlib
-import importlib
 import multiprocessing
 import os
 import random
@@ -21,16 +20,15 @@ from typing import Any
 
 import pytest
 import torch
-from support import CONFIGS, PACKAGE, run_dir_flags
 from faults import fault
+from support import run_dir_flags, submodule
 
-checkpoint_io = importlib.import_module(f"{PACKAGE}.checkpoint_io")
+checkpoint_io = submodule("kit.checkpoint_io")
+STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 
-def run(cli: ModuleType, subcommand: str, run_dir: Path, *args: str, presets: tuple[str, ...] = ("debug",)) -> Any:
-    configs = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", *presets)]
-    flags = ["--trainer.enable_progress_bar=false", *run_dir_flags(run_dir)]
-    return cli.build_cli([subcommand, *configs, *flags, *args])
+def run(cli: ModuleType, subcommand: str, run_dir: Path, *args: str) -> Any:
+    return cli.build_cli([subcommand, *run_dir_flags(run_dir), *args])
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -44,7 +42,7 @@ def _in_tmp(in_tmp: Path) -> None:
 
 @pytest.fixture(scope="module")
 def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished debug run (2 epochs x 4 steps); tests work on copies of it."""
+    """A finished run of the fixture task (2 epochs x 16 steps); tests work on copies of it."""
     run_dir = tmp_path_factory.mktemp("trained") / "run"
     run(cli, "fit", run_dir)
     return run_dir
@@ -58,20 +56,13 @@ def run_dir(trained: Path, tmp_path: Path) -> Path:
 
 
 def test_last_is_rewritten_every_n_steps_mid_epoch(cli: ModuleType, tmp_path: Path) -> None:
-    # configs/checkpoint_steps.yaml, every 3 steps; the run crashes after step 7 (epoch 1 holds steps 5-8).
+    # Every 3 steps; the run crashes after step 20 (epoch 1 holds steps 17-32).
     with pytest.raises(RuntimeError, match="injected crash"):
-        run(
-            cli,
-            "fit",
-            tmp_path / "run",
-            "--last_checkpoint.every_n_train_steps=3",
-            fault("RaiseAtStep", step=7),
-            presets=("debug/tiny", "training/checkpoint_steps"),
-        )
+        run(cli, "fit", tmp_path / "run", "--last_checkpoint.every_n_train_steps=3", fault("RaiseAtStep", step=20))
     last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert last["global_step"] == 6  # newer than the end of epoch 0 (step 4) and than best.ckpt
-    assert last["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 2}]
-    assert torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] == 4
+    assert last["global_step"] == 18  # newer than the end of epoch 0 (step 16) and than best.ckpt
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["global_step"] == STEPS_PER_EPOCH
 
 
 def test_best_and_last_resolve_to_files_without_warnings(cli: ModuleType, run_dir: Path) -> None:
@@ -139,24 +130,19 @@ def test_checkpoint_io_reads_with_weights_only(run_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("presets", "args", "detail"),
+    ("args", "detail"),
     [
-        (("debug", "transformer"), [], "missing ("),  # another network altogether
-        (("debug",), ["--model.network.init_args.widths=[8, 16]"], "other shape ("),  # the same network, resized
+        (["--model=fixture_task.LinearRegressor"], "missing ("),  # another model altogether
+        (["--model.init_args.hidden=8"], "other shape ("),  # the same model, resized
     ],
-    ids=["other-network", "other-widths"],
+    ids=["other-model", "other-width"],
 )
 def test_checkpoint_of_another_model_exits_2_and_changes_nothing(
-    cli: ModuleType,
-    run_dir: Path,
-    capsys: pytest.CaptureFixture[str],
-    presets: tuple[str, ...],
-    args: list[str],
-    detail: str,
+    cli: ModuleType, run_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], detail: str
 ) -> None:
     before = digests(run_dir / "checkpoints")
     with pytest.raises(SystemExit) as exit_info:
-        run(cli, "fit", run_dir, *args, "--ckpt_path=last", presets=presets)
+        run(cli, "fit", run_dir, *args, "--ckpt_path=last")
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"checkpoint {run_dir / 'checkpoints' / 'last.ckpt'} was written by a different model" in err
@@ -172,7 +158,7 @@ def test_last_with_nothing_to_resume_starts_fresh_for_fit_and_exits_2_otherwise(
     assert exit_info.value.code == 2
     assert f"--ckpt_path last: no {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().err
     fitted = run(cli, "fit", tmp_path / "run", "--ckpt_path=last")
-    assert fitted.trainer.global_step == 8
+    assert fitted.trainer.global_step == 2 * STEPS_PER_EPOCH
     assert any("nothing to resume" in line and "starts from scratch" in line for line in lightning_log)
 
 
@@ -188,19 +174,23 @@ def test_checkpoint_written_on_gpu_loads_on_cpu(cli: ModuleType, run_dir: Path, 
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):
             torch.load(gpu, weights_only=True)  # the tags are real: a plain load needs a GPU
-    original = run(cli, "validate", run_dir, "--ckpt_path=last").trainer.callback_metrics["val/acc"]
-    moved = run(cli, "validate", run_dir, f"--ckpt_path={gpu}").trainer.callback_metrics["val/acc"]
+    original = run(cli, "validate", run_dir, "--ckpt_path=last").trainer.callback_metrics["val/loss"]
+    moved = run(cli, "validate", run_dir, f"--ckpt_path={gpu}").trainer.callback_metrics["val/loss"]
     assert moved == original
-    resumed = run(cli, "fit", tmp_path / "resumed", f"--ckpt_path={gpu}", "--trainer.max_epochs=3")
-    assert resumed.trainer.global_step == 12  # weights, optimizer state and loops all restored on the CPU
+    resumed = run(cli, "fit", tmp_path / "resumed", f"--ckpt_path={gpu}")
+    assert resumed.trainer.global_step == 2 * STEPS_PER_EPOCH  # loops restored on the CPU: nothing left to train
+    assert resumed.trainer.current_epoch == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_run_resumes_on_cpu(cli: ModuleType, tmp_path: Path) -> None:
-    run(cli, "fit", tmp_path / "run", "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.max_epochs=1")
-    assert torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    crash = fault("RaiseAtStep", step=STEPS_PER_EPOCH + 2)
+    with pytest.raises(RuntimeError, match="injected crash"):
+        run(cli, "fit", tmp_path / "run", "--trainer.accelerator=gpu", "--trainer.devices=1", crash)
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == STEPS_PER_EPOCH
     resumed = run(cli, "fit", tmp_path / "run", "--trainer.accelerator=cpu", "--ckpt_path=last")
-    assert resumed.trainer.global_step == 8
+    assert resumed.trainer.global_step == 2 * STEPS_PER_EPOCH
     assert all(p.device.type == "cpu" for p in resumed.model.parameters())
 
 

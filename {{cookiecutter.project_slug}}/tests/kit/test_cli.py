@@ -1,4 +1,4 @@
-"""The command line end to end: fit, validate, test, predict, and errors for bad input."""
+"""The command line end to end on the fixture task: fit, validate, test, predict, resume, and bad input."""
 
 from __future__ import annotations
 
@@ -8,19 +8,22 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 import yaml
-from support import CONFIGS, PACKAGE
+from faults import fault
+from support import PACKAGE, run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-RUN = Path("runs/debug")
+RUN = Path("runs/fixture/cli")
+STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 
 @pytest.fixture
 def fitted(run_cli: Callable[..., object]) -> object:
-    return run_cli("fit")
+    return run_cli("fit", *run_dir_flags(RUN))
 
 
 def test_fit_writes_checkpoints_events_and_config(fitted: object) -> None:
@@ -28,42 +31,55 @@ def test_fit_writes_checkpoints_events_and_config(fitted: object) -> None:
     for name in ("best.ckpt", "last.ckpt"):
         checkpoint = torch.load(RUN / "checkpoints" / name, weights_only=True)
         steps[name] = checkpoint["global_step"]
-        assert "network.head.2.weight" in checkpoint["state_dict"]
-    assert steps["last.ckpt"] == 8  # 2 epochs x 4 batches
-    assert steps["best.ckpt"] in {4, 8}
+        assert "net.3.weight" in checkpoint["state_dict"]
+        assert checkpoint["hyper_parameters"]["input_shape"] == (16,)  # linked from the datamodule
+    assert steps["last.ckpt"] == 2 * STEPS_PER_EPOCH
+    assert steps["best.ckpt"] in {STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH}
     (events,) = RUN.glob("events.out.tfevents.*")
     accumulator = EventAccumulator(str(events))
     accumulator.Reload()
-    assert {"train/loss_step", "train/grad_norm", "val/acc", "val/loss"} <= set(accumulator.Tags()["scalars"])
+    assert {"train/loss_step", "train/grad_norm", "val/loss", "lr-AdamW"} <= set(accumulator.Tags()["scalars"])
     config = yaml.safe_load((RUN / "config.yaml").read_text())
-    assert config["data"]["class_path"] == f"{PACKAGE}.gratings.GratingsDataModule"
+    assert config["data"]["class_path"] == "fixture_task.SequenceData"
     assert config["trainer"]["max_epochs"] == 2
 
 
 def test_validate_reproduces_the_best_score(fitted: object, run_cli: Callable[..., object]) -> None:
     last = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
-    (state,) = [value for key, value in last["callbacks"].items() if "'monitor': 'val/acc'" in key]
+    (state,) = [value for key, value in last["callbacks"].items() if "'monitor': 'val/loss'" in key]
     for ckpt_path in ("best", str(RUN / "checkpoints" / "best.ckpt")):
-        validated = run_cli("validate", f"--ckpt_path={ckpt_path}")
-        assert validated.trainer.callback_metrics["val/acc"] == pytest.approx(float(state["best_model_score"]))
+        validated = run_cli("validate", *run_dir_flags(RUN), f"--ckpt_path={ckpt_path}")
+        assert validated.trainer.callback_metrics["val/loss"] == pytest.approx(float(state["best_model_score"]))
 
 
 def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> None:
-    tested = run_cli("test", "--ckpt_path=best")
-    assert 0.0 <= float(tested.trainer.callback_metrics["test/acc"]) <= 1.0
-    predicted = run_cli("predict", "--ckpt_path=last")
-    probabilities = torch.cat(predicted.trainer.predict_loop.predictions)
-    assert probabilities.shape == (64, 10)
-    torch.testing.assert_close(probabilities.sum(dim=1), torch.ones(64))
-    assert (probabilities >= 0).all()
+    tested = run_cli("test", *run_dir_flags(RUN), "--ckpt_path=best")
+    assert float(tested.trainer.callback_metrics["test/loss"]) > 0.0
+    predicted = run_cli("predict", *run_dir_flags(RUN), "--ckpt_path=last")
+    outputs = torch.cat(predicted.trainer.predict_loop.predictions)
+    assert outputs.shape == (64, 1)
     # Predict builds no graph: Lightning runs it in inference mode.
     assert all(batch.is_inference() and not batch.requires_grad for batch in predicted.trainer.predict_loop.predictions)
 
 
-def test_resume_from_saved_config(fitted: object, run_cli: Callable[..., object], cli: object) -> None:
-    resumed = cli.build_cli(["fit", f"--config={RUN / 'config.yaml'}", "--trainer.max_epochs=3", "--ckpt_path=last"])
-    assert resumed.trainer.global_step == 12
-    assert resumed.trainer.current_epoch == 3
+def test_resume_from_saved_config(run_cli: Callable[..., object], cli: ModuleType) -> None:
+    # The run crashes in its second epoch (once); the README's resume command finishes it.
+    crash = fault("RaiseAtStep", step=STEPS_PER_EPOCH + 4, marker="crashed")
+    with pytest.raises(RuntimeError, match="injected crash"):
+        run_cli("fit", *run_dir_flags(RUN), crash)
+    assert torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == STEPS_PER_EPOCH
+    resumed = cli.build_cli(["fit", f"--config={RUN / 'config.yaml'}", "--ckpt_path=last"])
+    assert resumed.trainer.global_step == 2 * STEPS_PER_EPOCH
+    assert resumed.trainer.current_epoch == 2
+
+
+def test_default_root_dir_moves_the_whole_run(run_cli: Callable[..., object]) -> None:
+    run_cli("fit", "--trainer.default_root_dir=elsewhere", "--run.name=one", "--trainer.max_epochs=1")
+    run = Path("elsewhere/fixture/one")
+    assert {"config.yaml", "checkpoints"} <= {path.name for path in run.iterdir()}
+    assert list(run.glob("events.out.tfevents.*"))
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert sorted(path.name for path in Path(".").iterdir()) == ["elsewhere"]  # nothing anywhere else
 
 
 @pytest.mark.parametrize(
@@ -74,7 +90,8 @@ def test_resume_from_saved_config(fitted: object, run_cli: Callable[..., object]
         (["--data.init_args.batchsize=3"], "batchsize"),  # misspelled nested key
         (["--config=missing.yaml"], "missing.yaml"),  # missing config file
         (["--ckpt_path=nowhere.ckpt"], "nowhere.ckpt"),  # missing checkpoint
-        (["--model.optimizer.init_args.lr=fast"], "lr"),
+        (["--model.init_args.lr=fast"], "lr"),
+        (["--model.class_path=fixture_task.Nowhere"], "fixture_task.Nowhere"),  # a class that does not exist
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(
@@ -107,15 +124,15 @@ def test_best_without_a_run_names_the_missing_file(
 
 
 def test_python_dash_m_and_console_script(run_process: Callable[..., subprocess.CompletedProcess[str]]) -> None:
-    configs = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny")]
-    fit = run_process("fit", *configs, "--trainer.enable_progress_bar=false")
+    fit = run_process("fit", *run_dir_flags(RUN), "--trainer.max_epochs=1")
     assert fit.returncode == 0, fit.stdout[-3000:]
     assert (RUN / "checkpoints" / "last.ckpt").is_file()
     # The console script sits next to this interpreter, even when its environment is not activated.
     script = shutil.which(PACKAGE, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     assert script, f"console script {PACKAGE} is not installed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the fixture task imports in the child
     validate = subprocess.run(
-        [script, "validate", *configs, "--ckpt_path=best"], capture_output=True, text=True, timeout=300
+        [script, "validate", *run_dir_flags(RUN), "--ckpt_path=best"], capture_output=True, text=True, timeout=300, env=env
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
-    assert "val/acc" in validate.stdout
+    assert "val/loss" in validate.stdout

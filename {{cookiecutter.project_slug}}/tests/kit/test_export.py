@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import fixture_task
 import pytest
 import torch
-from support import CONFIGS, PACKAGE, run_dir_flags
+from support import run_dir_flags, submodule
 
-CONFIG_FLAGS = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug/tiny")]
-exporting = importlib.import_module(f"{PACKAGE}.export")
+exporting = submodule("kit.export")
 WRITTEN = {"torch_export": {"model.pt2"}, "onnx": {"model.onnx", "model.onnx.data"}}  # ONNX weights sit beside it
 HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
 
@@ -20,22 +19,20 @@ HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript",
 @pytest.fixture(scope="module")
 def run_dir(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("export") / "run"
-    cli.build_cli(
-        ["fit", *CONFIG_FLAGS, *run_dir_flags(run), "--trainer.enable_progress_bar=false"]
-    )
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"])
     return run
 
 
-def eager_logits(module: ModuleType, checkpoint: Path, images: torch.Tensor) -> torch.Tensor:
-    model = classifier.Classifier.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True).eval()
+def eager_outputs(checkpoint: Path, inputs: torch.Tensor) -> torch.Tensor:
+    model = fixture_task.SequenceRegressor.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=True)
     with torch.no_grad():
-        return model(images)
+        return model.eval()(inputs)
 
 
 def export(cli: ModuleType, run_dir: Path, output_dir: Path, *flags: str) -> object:
     """``export --ckpt_path best`` of the run in ``run_dir``; ``flags`` may name another checkpoint."""
-    args = ["export", *CONFIG_FLAGS, *run_dir_flags(run_dir), "--ckpt_path=best"]
-    return cli.build_cli([*args, f"--output_dir={output_dir}", "--trainer.enable_progress_bar=false", *flags])
+    args = ["export", *run_dir_flags(run_dir), "--ckpt_path=best", f"--output_dir={output_dir}"]
+    return cli.build_cli([*args, *flags])
 
 
 @pytest.mark.parametrize(
@@ -46,21 +43,21 @@ def export(cli: ModuleType, run_dir: Path, output_dir: Path, *flags: str) -> obj
     ],
 )
 def test_exported_file_reproduces_the_checkpoint(
-    cli: ModuleType, module: ModuleType, run_dir: Path, in_tmp: Path, export_format: str
+    cli: ModuleType, run_dir: Path, in_tmp: Path, export_format: str
 ) -> None:
     export(cli, run_dir, in_tmp / "out", f"--formats=[{export_format}]")
     assert {file.name for file in (in_tmp / "out").iterdir()} == WRITTEN[export_format]
     path = in_tmp / "out" / exporting.FILE_NAMES[export_format]
-    images = torch.randn(5, 1, 28, 28, generator=torch.Generator().manual_seed(0))  # not the traced batch size
+    inputs = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))  # not the traced batch size
     best = run_dir / "checkpoints/best.ckpt"
-    torch.testing.assert_close(exporting.run_exported(path, images), eager_logits(module, best, images))
+    torch.testing.assert_close(exporting.run_exported(path, inputs), eager_outputs(best, inputs))
 
 
 def test_a_mismatch_fails_the_export(
     cli: ModuleType, run_dir: Path, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = exporting.run_exported
-    monkeypatch.setattr(exporting, "run_exported", lambda path, images: real(path, images) + 1e-3)
+    monkeypatch.setattr(exporting, "run_exported", lambda path, inputs: real(path, inputs) + 1e-3)
     with pytest.raises(RuntimeError, match=r"model\.pt2: outputs differ from eager by 0\.001 > atol=0\.0001"):
         export(cli, run_dir, in_tmp, "--formats=[torch_export]")
 

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import CONFIGS, PACKAGE, ROOT, run_dir_flags
+from support import PACKAGE, ROOT, TESTS, run_dir_flags
 
-FLAGS = [
-    "fit",
-    *(f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug/tiny", "distributed/ddp")),
-    "--trainer.accelerator=cpu",
-    "--trainer.enable_progress_bar=false",
-    "--data.init_args.num_workers=0",
-]
+FLAGS = ["fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
 
 
 def free_port() -> int:
@@ -31,14 +25,15 @@ def free_port() -> int:
 def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> None:
     # One thread per process in both runs: Lightning gives each process cpus / local processes threads,
     # and a different thread count changes the order of float sums.
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
-    one_node = [sys.executable, "-m", PACKAGE, *FLAGS, "--trainer.devices=2", *run_dir_flags("one")]
+    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])  # the fixture task, in every process
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": path}
+    one_node = [sys.executable, "-m", PACKAGE, *FLAGS, "--trainer.devices=2", *run_dir_flags("runs/fixture/one")]
     single = subprocess.run(one_node, env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
 
     endpoint = f"localhost:{free_port()}"
     node_env = {**env, "NNODES": "2", "NPROC_PER_NODE": "1", "RDZV_ENDPOINT": endpoint, "RDZV_ID": "test"}
-    command = [str(ROOT / "scripts" / "torchrun.sh"), *FLAGS, *run_dir_flags("two")]
+    command = [str(ROOT / "scripts" / "torchrun.sh"), *FLAGS, *run_dir_flags("runs/fixture/two")]
     nodes = [
         subprocess.Popen(command, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
@@ -47,9 +42,9 @@ def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> Non
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(output[-3000:] for output in outputs)
     assert "MEMBER: 2/2" in "".join(outputs)  # both nodes joined one world
 
-    one = torch.load("one/checkpoints/last.ckpt", weights_only=True)
-    two = torch.load("two/checkpoints/last.ckpt", weights_only=True)
-    assert one["global_step"] == two["global_step"] == 8
+    one = torch.load("runs/fixture/one/checkpoints/last.ckpt", weights_only=True)
+    two = torch.load("runs/fixture/two/checkpoints/last.ckpt", weights_only=True)
+    assert one["global_step"] == two["global_step"] == 16  # 2 epochs x 8 batches per process
     assert one["state_dict"].keys() == two["state_dict"].keys()
     for key, value in one["state_dict"].items():
         assert torch.equal(value, two["state_dict"][key]), key

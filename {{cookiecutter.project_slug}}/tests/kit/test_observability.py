@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -10,21 +9,22 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import CONFIGS, PACKAGE
+from support import PACKAGE, run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
-EPOCHS, STEPS_PER_EPOCH = 3, 4  # debug preset: 4 batches of 32 per epoch
+EPOCHS, STEPS_PER_EPOCH = 2, 16  # fixture.yaml: 256 training sequences in batches of 16
+RUN = Path("runs/fixture/shown")
 
 
 @pytest.fixture(scope="session")
 def memory() -> ModuleType:
-    return importlib.import_module(f"{PACKAGE}.memory")
+    return submodule("kit.memory")
 
 
 @pytest.fixture(scope="session")
 def schedule_preview() -> ModuleType:
-    return importlib.import_module(f"{PACKAGE}.schedule_preview")
+    return submodule("kit.schedule_preview")
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -37,30 +37,29 @@ def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 def test_fit_shows_the_run(
     run_cli: Callable[..., object], cli: ModuleType, memory: ModuleType, caplog: pytest.LogCaptureFixture
 ) -> None:
-    fitted = run_cli("fit", f"--trainer.max_epochs={EPOCHS}")
+    fitted = run_cli("fit", *run_dir_flags(RUN))
     steps = EPOCHS * STEPS_PER_EPOCH
-    logged = scalars(Path("runs/debug"))
+    logged = scalars(RUN)
 
-    # Loss and metrics, the LR and the pre-clip gradient norm at every step; throughput once its window is full.
-    for tag in ("train/loss_step", "train/acc_step", "train/grad_norm", "lr-AdamW"):
+    # The loss, the LR and the pre-clip gradient norm at every step; throughput once its window is full.
+    for tag in ("train/loss_step", "train/grad_norm", "lr-AdamW"):
         assert [step for step, _ in logged[tag]] == list(range(steps)), tag
-    assert {"train/loss_epoch", "val/loss", "val/acc"} <= logged.keys()
+    assert {"train/loss_epoch", "val/loss"} <= logged.keys()
     window = 10  # monitoring.ThroughputMonitor's default
     assert [step for step, _ in logged["train/device/samples_per_sec"]] == list(range(window - 1, steps))
     assert all(rate > 0 for _, rate in logged["train/device/samples_per_sec"])
     assert len(logged["perf/epoch_time_s"]) == EPOCHS
     assert ("perf/peak_memory_gib" in logged) == torch.cuda.is_available()
 
-    # The LR preview of the same configs is the schedule fit ran (LearningRateMonitor logs before each step).
-    configs = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny")]
-    preview = cli.build_cli([*configs, f"--trainer.max_epochs={EPOCHS}"], run=False)
+    # The LR preview of the same config is the schedule fit ran (LearningRateMonitor logs before each step).
+    preview = cli.build_cli([], run=False)
     rates = preview.trainer.schedule(preview.model, preview.datamodule)
     assert rates == pytest.approx([value for _, value in logged["lr-AdamW"]], rel=1e-6)
 
     # The summary has output shapes; the memory budget is printed, with exact parameter/gradient/AdamW rows.
     text = caplog.text  # Lightning's logger, which prints to stderr outside pytest
     assert "Out sizes" in text
-    assert "[32, 10]" in text  # (batch, classes) logits of the example batch
+    assert "[16, 1]" in text  # (batch, 1) outputs of the example batch built from the data's input_shape
     assert "optimizer state" in text.split("Memory budget", 1)[1]
     (budget_callback,) = [c for c in fitted.trainer.callbacks if isinstance(c, memory.MemoryBudget)]
     parameters = list(fitted.model.parameters())
@@ -88,11 +87,11 @@ def test_memory_budget_rows_are_exact(memory: ModuleType) -> None:
     assert memory.optimizer_state_bytes(torch.optim.LBFGS(network.parameters())) is None  # needs a closure
 
 
-def test_memory_budget_forward_leaves_training_untouched(memory: ModuleType, networks: ModuleType) -> None:
-    network = networks.ConvNet(dropout=0.5)
+def test_memory_budget_forward_leaves_training_untouched(memory: ModuleType) -> None:
+    network = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 3)))
     network.eval()
-    network.head.train()  # a mix of modes, which the measurement must restore
-    batch = torch.randn(4, 1, 28, 28)
+    network[2].train()  # a mix of modes, which the measurement must restore
+    batch = torch.randn(4, 12)
     modes = [m.training for m in network.modules()]
     buffers = [b.clone() for b in network.buffers()]
     rng = torch.get_rng_state()
@@ -106,17 +105,17 @@ def test_memory_budget_forward_leaves_training_untouched(memory: ModuleType, net
 @pytest.mark.parametrize(
     ("flags", "steps"),
     [
-        ([], 2 * 8),  # 2 epochs x 8 batches
-        (["--trainer.accumulate_grad_batches=3"], 2 * 3),  # ceil(8 / 3) optimizer steps per epoch
+        ([], 2 * 16),  # 2 epochs x 16 batches
+        (["--trainer.accumulate_grad_batches=3"], 2 * 6),  # ceil(16 / 3) optimizer steps per epoch
         (["--trainer.max_steps=5"], 5),
-        (["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"], 2 * 4),  # data sharded
+        (["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.strategy=ddp"], 2 * 8),  # data sharded
     ],
     ids=["epochs", "accumulation", "max_steps", "two-devices"],
 )
 def test_schedule_preview_counts_steps_like_fit(
     run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], flags: list[str], steps: int
 ) -> None:
-    run_cli("schedule", "--trainer.limit_train_batches=1.0", *flags)
+    run_cli("schedule", *flags)
     out = capsys.readouterr().out
     assert f"{steps} optimizer steps" in out
     assert f"{steps - 1:>8}  " in out  # the last step is listed
@@ -133,11 +132,12 @@ def test_schedule_preview_plot_shape(schedule_preview: ModuleType) -> None:
     assert preview.key_steps(rates, points=3) == [0, 10, 24, 49]  # ends, middle, and the first peak
 
 
-def test_profile_preset_writes_a_trace_and_a_self_time_table(
+def test_profiler_writes_a_trace_and_a_self_time_table(
     run_cli: Callable[..., object], caplog: pytest.LogCaptureFixture
 ) -> None:
-    run_cli("fit", "--trainer.limit_train_batches=1.0", presets=("debug/tiny", "debug/profile"))
-    (trace,) = Path("runs/profile").glob("*training_step*.pt.trace.json")
+    profiler = [f"--trainer.profiler={PACKAGE}.kit.profiling.Profiler", "--trainer.profiler.sort_by_key=self_cpu_time_total"]
+    run_cli("fit", *run_dir_flags(RUN), *profiler, "--trainer.max_steps=6", "--trainer.num_sanity_val_steps=0")
+    (trace,) = RUN.glob("*training_step*.pt.trace.json")
     assert json.loads(trace.read_text())["traceEvents"]
     table = caplog.text.split("Profile stats for: records", 1)[1].split("Self CPU time total")[0]
     rows = [line.split() for line in table.splitlines() if line.rstrip().endswith(tuple("0123456789"))]
@@ -170,5 +170,5 @@ def test_progress_bar_only_where_someone_watches(
     else:
         monkeypatch.setenv("CI", env_ci)
     monkeypatch.setattr("sys.stderr.isatty", lambda: tty)
-    built = cli.build_cli([f"--config={CONFIGS / 'default.yaml'}", *flags], run=False)
+    built = cli.build_cli(["--trainer.enable_progress_bar=null", *flags], run=False)
     assert (built.trainer.progress_bar_callback is not None) == bar

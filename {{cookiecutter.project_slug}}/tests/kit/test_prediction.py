@@ -1,18 +1,18 @@
-"""``predict`` on your own tensor files, writing predictions to disk; bad input files are named."""
+"""Prediction: tensor files as inputs (bad ones named), and the writer of predictions to disk."""
 
 from __future__ import annotations
 
 import csv
-import importlib
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
+import fixture_task
 import pytest
 import torch
-from support import PACKAGE
+from support import PACKAGE, run_dir_flags, submodule
 
-prediction = importlib.import_module(f"{PACKAGE}.prediction")
-SHAPE = (1, 28, 28)  # (C, H, W) of default.yaml's data
+prediction = submodule("kit.prediction")
+SHAPE = (1, 28, 28)  # (C, H, W) images
 
 
 def images(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -64,18 +64,20 @@ def test_missing_or_empty_predict_path(tmp_path: Path) -> None:
         prediction.TensorFiles(tmp_path / "nowhere", SHAPE)
 
 
-def test_predict_writes_one_row_per_input(run_cli: object, module: ModuleType, inputs: Path) -> None:
-    run_cli("fit")
-    presets = ("debug", "predict")
-    run_cli("predict", "--ckpt_path=best", f"--data.init_args.predict_path={inputs}", presets=presets)
-    out = Path("runs/debug/predictions")
-    saved = torch.load(out / "predictions.pt", weights_only=True)
-    model = classifier.Classifier.load_from_checkpoint("runs/debug/checkpoints/best.ckpt", weights_only=True).eval()
+def test_writer_saves_every_output_with_its_index(run_cli: Callable[..., object]) -> None:
+    run = Path("runs/fixture/predicted")
+    run_cli("fit", *run_dir_flags(run), "--trainer.max_epochs=1")
+    writer = f"--trainer.callbacks+={PACKAGE}.kit.prediction.PredictionWriter"
+    run_cli("predict", *run_dir_flags(run), "--ckpt_path=best", writer)
+    saved = torch.load(run / "predictions" / "predictions.pt", weights_only=True)
+    model = fixture_task.SequenceRegressor.load_from_checkpoint(run / "checkpoints/best.ckpt", weights_only=True)
+    datamodule = fixture_task.SequenceData()
+    datamodule.setup("predict")
     with torch.no_grad():
-        expected = model(torch.cat([images(3, *SHAPE), images(1, *SHAPE, seed=1)])).softmax(dim=-1)
-    torch.testing.assert_close(saved["probabilities"], expected)
-    with open(out / "predictions.csv", newline="") as file:
+        expected = model.eval()(datamodule.datasets["val"].inputs)  # (64, 1): the predict set, in order
+    torch.testing.assert_close(saved["outputs"], expected)
+    assert saved["indices"].tolist() == list(range(64))
+    with open(run / "predictions" / "predictions.csv", newline="") as file:
         rows = list(csv.DictReader(file))
-    assert [row["source"] for row in rows] == ["a.pt[0]", "a.pt[1]", "a.pt[2]", "b.pt"]
-    assert [int(row["class"]) for row in rows] == expected.argmax(dim=1).tolist()
-    assert [float(row["probability"]) for row in rows] == pytest.approx(expected.max(dim=1).values.tolist(), abs=1e-6)
+    assert list(rows[0]) == ["index", "source", "output_0"]  # one value per input: no argmax column
+    assert [float(row["output_0"]) for row in rows] == pytest.approx(expected.flatten().tolist(), rel=1e-5)

@@ -7,6 +7,12 @@ from types import ModuleType
 
 import pytest
 import torch
+from support import submodule
+
+
+@pytest.fixture(scope="module")
+def schedules() -> ModuleType:
+    return submodule("kit.schedules")
 
 
 def make(schedules: ModuleType, total: int = 100, **kwargs: float) -> object:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import CONFIGS, ROOT
 from faults import fault
+from support import ROOT, TESTS
 
-CONFIG_FLAGS = [f"--config={CONFIGS / f'{name}.yaml'}" for name in ("default", "debug/tiny")]
-RUN = Path("runs/debug")
+RUN = Path("runs/slurm-4242/fixture")  # the script's default_root_dir, then the fixture's experiment
+STEPS = 32  # fixture.yaml: 2 epochs x 16 batches
 JOB = {  # what srun sets for the single task of job 4242
     "SLURM_JOB_ID": "4242",
     "SLURM_JOB_NAME": "train",
@@ -46,7 +46,7 @@ def job_env(in_tmp: Path) -> dict[str, str]:
         **JOB,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
-        "PYTHONPATH": str(ROOT / "tests"),  # faults.SignalAtStep
+        "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS / "kit")]),  # faults.SignalAtStep, the fixture task
         "PYTHONWARNINGS": "ignore",
         "SCONTROL_LOG": str(in_tmp / "scontrol.log"),
     }
@@ -58,17 +58,17 @@ def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[
 
 @pytest.mark.slow
 def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_env: dict[str, str]) -> None:
-    sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch"), *CONFIG_FLAGS, "--trainer.enable_progress_bar=false"]
+    sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch")]
     first = run(job_env, [*sbatch, fault("SignalAtStep", step=2, signum=int(signal.SIGUSR1))])  # SIGUSR1 after step 2
     assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-3000:]
     assert Path("scontrol.log").read_text() == "requeue 4242\n"
     hpc = torch.load("runs/slurm-4242/hpc_ckpt_1.ckpt", weights_only=True)  # Lightning's, in default_root_dir
     stopped = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
-    assert 2 <= stopped["global_step"] == hpc["global_step"] < 8  # stopped early, at a step boundary
+    assert 2 <= stopped["global_step"] == hpc["global_step"] < STEPS  # stopped early, at a step boundary
 
     requeued = run({**job_env, "SLURM_RESTART_COUNT": "1"}, sbatch)  # the same command, run again by SLURM
     assert requeued.returncode == 0, requeued.stderr[-3000:]
     restored = f"Restored all states from the checkpoint at {RUN / 'checkpoints/last.ckpt'}"
     assert restored in requeued.stdout + requeued.stderr
     resumed = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
-    assert resumed["global_step"] == 8  # finished; the resume tests prove `--ckpt_path last` exact
+    assert resumed["global_step"] == STEPS  # finished; the resume tests prove `--ckpt_path last` exact

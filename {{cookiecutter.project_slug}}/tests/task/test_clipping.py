@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-
 import probes
 import pytest
 
-RUN = Path("runs/debug")
 STEPS = 8  # debug.yaml: 2 epochs x 4 batches
 
 
@@ -25,7 +22,7 @@ def test_norm_clipping_caps_the_global_norm_and_logs_the_raw_one(run_cli: Callab
         assert before > threshold
         assert after <= threshold * (1 + 1e-5)
         assert after == pytest.approx(threshold, rel=1e-4)  # scaled down to the threshold, not below
-    logged = probes.read_scalars(RUN)["train/grad_norm"]
+    logged = probes.read_scalars(built.trainer.log_dir)["train/grad_norm"]
     assert [step for step, _ in logged] == list(range(STEPS))  # every optimizer step
     assert [value for _, value in logged] == pytest.approx(recorded.before, rel=1e-5)  # the norm before clipping
 

@@ -34,7 +34,7 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 "--trainer.enable_progress_bar=false",
             ]
         )
-        yield built, before, run_dir / "runs/transformer/checkpoints"
+        yield built, before, Path(built.trainer.log_dir, "checkpoints")
 
 
 def eager_classifier(networks: ModuleType, classifier: ModuleType, seed: int) -> torch.nn.Module:

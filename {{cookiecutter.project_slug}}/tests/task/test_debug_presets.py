@@ -20,7 +20,7 @@ def test_fast_dev_run_takes_one_batch_and_writes_nothing(run_cli: Callable[..., 
 def test_overfit_drives_the_training_loss_to_zero(run_cli: Callable[..., object]) -> None:
     built = run_cli("fit", presets=("debug/tiny", "debug/overfit"))
     assert built.trainer.num_training_batches == 2
-    epoch_losses = [value for _, value in probes.read_scalars("runs/overfit")["train/loss_epoch"]]
+    epoch_losses = [value for _, value in probes.read_scalars(built.trainer.log_dir)["train/loss_epoch"]]
     assert len(epoch_losses) == 50
     assert epoch_losses[0] > 1.5  # chance level is ln(10) = 2.3
     assert epoch_losses[-1] < 0.02  # ~0.005 on the reference machine

@@ -20,7 +20,7 @@ def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dty
     built = run_cli("fit", "--trainer.callbacks+=probes.OutputDtypeRecorder", *flags, presets=("debug/tiny", preset))
     assert probes.find(built.trainer, probes.OutputDtypeRecorder).dtypes == {logits}
     assert torch.isfinite(built.trainer.callback_metrics["train/loss_epoch"])
-    state = torch.load(Path("runs/debug/checkpoints/last.ckpt"), weights_only=True)["state_dict"]
+    state = torch.load(Path(built.trainer.log_dir, "checkpoints/last.ckpt"), weights_only=True)["state_dict"]
     assert {value.dtype for name, value in state.items() if name.endswith("weight")} == {torch.float32}
     return built
 

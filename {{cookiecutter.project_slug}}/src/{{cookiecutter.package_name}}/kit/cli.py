@@ -30,7 +30,7 @@ from .checkpoints import (
     resolve_ckpt_path,
 )
 from .data_checks import InvalidDataError
-from .monitoring import EpochMonitor, ModelSummary, ThroughputMonitor
+from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from .memory import MemoryBudget
 from .nonfinite import NonFiniteLossError, StopOnNonFiniteLoss
 from .preemption import Preemption
@@ -129,7 +129,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
     callbacks: list[pl.Callback] = [ExactResume(), Preemption(), StopOnNonFiniteLoss()]
-    callbacks += [EpochMonitor(), ThroughputMonitor(), MemoryBudget()]
+    callbacks += [GradNormMonitor(), EpochMonitor(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if trainer_config.get("enable_model_summary") is not False:

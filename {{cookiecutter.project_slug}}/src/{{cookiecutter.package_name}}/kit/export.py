@@ -1,7 +1,8 @@
 """Export for inference: torch.export and ONNX files of the trained model, each checked against eager outputs.
 
-Both take ``images (B, C, H, W)`` float32 with a dynamic batch size and return ``logits (B, num_classes)``.
-ONNX needs the optional ``export`` extra (onnx, onnxscript for torch's exporter, onnxruntime for the check).
+Both take one input batch ``(B, ...)`` (the model's ``forward`` argument, float32) with a dynamic batch size
+and return what ``forward`` returns (e.g. logits). ONNX needs the optional ``export`` extra (onnx,
+onnxscript for torch's exporter, onnxruntime for the check).
 """
 
 from __future__ import annotations
@@ -43,21 +44,21 @@ def check_formats(formats: Sequence[str]) -> None:
 
 
 def example_batch(datamodule: pl.LightningDataModule, max_samples: int) -> Tensor:
-    """Real inputs to trace and check with: the start of the first predict batch."""
+    """Real inputs to trace and check with: the start of the first predict batch (its first element if a tuple)."""
     datamodule.prepare_data()
     datamodule.setup("predict")
     batch = next(iter(datamodule.predict_dataloader()))
-    images = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, C, H, W)
-    if len(images) < 2:
+    inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
+    if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
-        raise ValueError(f"the first predict batch has {len(images)} sample(s): export needs at least 2")
-    return images[:max_samples].float()
+        raise ValueError(f"the first predict batch has {len(inputs)} sample(s): export needs at least 2")
+    return inputs[:max_samples].float()
 
 
 def export_model(
-    model: pl.LightningModule, images: Tensor, output_dir: Path, formats: Sequence[str], atol: float
+    model: pl.LightningModule, inputs: Tensor, output_dir: Path, formats: Sequence[str], atol: float
 ) -> list[Exported]:
-    """Writes ``model`` in each format to ``output_dir`` and checks it reproduces ``model(images)`` within ``atol``.
+    """Writes ``model`` in each format to ``output_dir`` and checks it reproduces ``model(inputs)`` within ``atol``.
 
     Raises:
         RuntimeError: An exported file's outputs differ from eager by more than ``atol``.
@@ -65,7 +66,7 @@ def export_model(
     check_formats(formats)
     model = model.cpu().eval()
     with torch.no_grad():
-        expected = model(images)  # (B, num_classes)
+        expected = model(inputs)
     output_dir.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch")
     dynamic_shapes = ({0: batch},)
@@ -75,34 +76,34 @@ def export_model(
         # Traced without autograd: an inference graph, with activation checkpointing (a training-only trick) off.
         with torch.no_grad():
             if name == "torch_export":
-                torch.export.save(torch.export.export(model, (images,), dynamic_shapes=dynamic_shapes), path)
+                torch.export.save(torch.export.export(model, (inputs,), dynamic_shapes=dynamic_shapes), path)
             else:
                 model.to_onnx(
                     path,
-                    images,
+                    inputs,
                     dynamo=True,
-                    input_names=["images"],
-                    output_names=["logits"],
+                    input_names=["input"],
+                    output_names=["output"],
                     dynamic_shapes=dynamic_shapes,
                     verbose=False,
                 )
-        error = (run_exported(path, images) - expected).abs().max().item()
+        error = (run_exported(path, inputs) - expected).abs().max().item()
         if not error <= atol:  # also catches NaN
             raise RuntimeError(f"{path}: outputs differ from eager by {error:.3g} > atol={atol:g}")
         exported.append(Exported(name, path, error))
     return exported
 
 
-def run_exported(path: Path, images: Tensor) -> Tensor:
-    """Runs an exported file (``.pt2`` with torch, ``.onnx`` with ONNX Runtime on CPU) on ``images``."""
+def run_exported(path: Path, inputs: Tensor) -> Tensor:
+    """Runs an exported file (``.pt2`` with torch, ``.onnx`` with ONNX Runtime on CPU) on ``inputs``."""
     if path.suffix == ".pt2":
         with torch.no_grad():
-            return torch.export.load(path).module()(images)
+            return torch.export.load(path).module()(inputs)
     import onnxruntime  # optional: the `export` extra
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (logits,) = session.run(["logits"], {"images": images.numpy()})
-    return torch.from_numpy(logits)
+    (outputs,) = session.run(["output"], {"input": inputs.numpy()})
+    return torch.from_numpy(outputs)
 
 
 def format_report(exported: Sequence[Exported]) -> str:

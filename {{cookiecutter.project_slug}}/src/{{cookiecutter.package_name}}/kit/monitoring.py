@@ -1,4 +1,4 @@
-"""What a run shows besides its losses and metrics: throughput, epoch time, peak memory, the model summary.
+"""What a run shows besides its losses and metrics: gradient norm, throughput, epoch time, peak memory, the summary.
 
 Each class is a thin layer over the Lightning callback that does the job, adding only what it lacks here.
 """
@@ -40,6 +40,21 @@ class ThroughputMonitor(callbacks.ThroughputMonitor):
         super().setup(trainer, pl_module, stage)
         # FLOPs (and MFU) are reported only when the module defines `flops_per_batch`; without it, stay quiet.
         self._module_has_flops = hasattr(pl_module, "flops_per_batch")
+
+
+class GradNormMonitor(callbacks.Callback):
+    """Logs ``train/grad_norm``, the global L2 norm of the gradients before clipping, every optimizer step.
+
+    Lightning offers ``utilities.grad_norm`` for a module to call itself; as a callback, every module gets it.
+    """
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # Called after backward (and AMP unscaling) but before clipping: the norm of the raw gradients.
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            pl_module.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
 
 
 class EpochMonitor(callbacks.Callback):

@@ -58,10 +58,12 @@ class TensorFiles(Dataset[Tensor]):
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes the predict run's outputs: ``predictions.pt`` (probabilities, classes, indices, sources) and a CSV.
+    """Writes what ``predict_step`` returns: ``predictions.pt`` (outputs, indices, sources) and ``predictions.csv``.
 
-    Lightning's ``BasePredictionWriter`` leaves the writing to subclasses. Each process of a multi-process
-    run writes its own share (``predictions.rank<r>.*``); ``index`` says which input each row belongs to.
+    The CSV has a row per input: its ``index`` and ``source`` (the dataset's ``sources`` if it has them), then,
+    for outputs of several values per input (e.g. class probabilities), ``argmax`` and ``max``, then every value
+    (``output_0``, ...). Lightning's ``BasePredictionWriter`` leaves the writing to subclasses. Each process of a
+    multi-process run writes its own share (``predictions.rank<r>.*``).
     """
 
     def __init__(self, output_dir: str | None = None) -> None:
@@ -82,20 +84,19 @@ class PredictionWriter(BasePredictionWriter):
     ) -> None:
         if len(batch_indices) != 1:
             raise ValueError(f"PredictionWriter supports one predict dataloader, got {len(batch_indices)}")
-        probabilities = torch.cat(list(predictions)).float().cpu()  # (N, num_classes)
+        outputs = torch.cat(list(predictions)).float().cpu()  # (N, ...)
         indices = [index for batch in batch_indices[0] for index in batch]  # dataloaders x batches x samples
         sources = getattr(trainer.predict_dataloaders.dataset, "sources", None)
         names = [sources[index] if sources is not None else str(index) for index in indices]
-        confidence, classes = probabilities.max(dim=1)  # (N,), (N,)
         folder = Path(self.output_dir or Path(trainer.log_dir or ".") / "predictions")
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"predictions.rank{trainer.global_rank}" if trainer.world_size > 1 else "predictions"
-        torch.save(
-            {"probabilities": probabilities, "classes": classes, "indices": torch.as_tensor(indices), "sources": names},
-            folder / f"{stem}.pt",
-        )
+        torch.save({"outputs": outputs, "indices": torch.as_tensor(indices), "sources": names}, folder / f"{stem}.pt")
+        values = outputs.reshape(len(outputs), -1)  # (N, K)
+        header = ["index", "source", *(["argmax", "max"] if values.shape[1] > 1 else [])]
         with open(folder / f"{stem}.csv", "w", newline="") as file:
             writer = csv.writer(file)
-            writer.writerow(["index", "source", "class", "probability"])
-            for row in zip(indices, names, classes.tolist(), confidence.tolist(), strict=True):
-                writer.writerow([*row[:3], f"{row[3]:.6f}"])
+            writer.writerow([*header, *(f"output_{k}" for k in range(values.shape[1]))])
+            for index, name, row in zip(indices, names, values.tolist(), strict=True):
+                top = [max(range(len(row)), key=row.__getitem__), f"{max(row):.6g}"] if len(row) > 1 else []
+                writer.writerow([index, name, *top, *(f"{value:.6g}" for value in row)])

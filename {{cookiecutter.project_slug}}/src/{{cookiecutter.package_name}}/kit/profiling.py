@@ -1,4 +1,4 @@
-"""The PyTorch profiler used by ``configs/profile.yaml``: a trace of a few steps and a table by self time."""
+"""The PyTorch profiler used by ``configs/debug/profile.yaml``: a trace of a few steps and a table by self time."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class ProjectTrainer(pl.Trainer):
             ckpt_path: ``best``, ``last`` or a checkpoint file; ``null`` exports the freshly initialised model.
             output_dir: Where the files go; ``null`` means ``<run directory>/export``.
             formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
-            atol: Largest absolute difference from the eager logits that an exported file may show.
+            atol: Largest absolute difference from the eager outputs that an exported file may show.
             max_samples: Samples of the first predict batch used to trace and compare (at least 2).
         """
         if ckpt_path is not None:

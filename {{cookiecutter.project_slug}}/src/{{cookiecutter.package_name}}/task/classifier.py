@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
-from torch.optim import Optimizer
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -89,12 +88,6 @@ class Classifier(pl.LightningModule):
     def predict_step(self, batch: Batch | Tensor, batch_idx: int) -> Tensor:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self(images).float().softmax(dim=-1)  # (B, num_classes) class probabilities
-
-    def on_before_optimizer_step(self, optimizer: Optimizer) -> None:
-        # Called after backward (and AMP unscaling) but before clipping: the norm of the raw gradients.
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if grads:
-            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads), on_step=True, on_epoch=False)
 
     def configure_optimizers(self) -> Any:
         optimizer = self.optimizer_factory(self.parameters())

@@ -54,7 +54,7 @@ def test_logged_lr_with_accumulation_and_max_epochs(run_cli: Callable[..., objec
         f"--model.scheduler.init_args.warmup_steps={WARMUP}",
     )
     assert built.trainer.global_step == 16
-    check_schedule(logged_lr("runs/debug"), total=16)
+    check_schedule(logged_lr(built.trainer.log_dir), total=16)
 
 
 def test_logged_lr_with_max_steps(run_cli: Callable[..., object]) -> None:
@@ -68,4 +68,4 @@ def test_logged_lr_with_max_steps(run_cli: Callable[..., object]) -> None:
     )
     assert built.trainer.global_step == 20
     assert built.trainer.num_training_batches == 8  # so the run ended inside its third epoch
-    check_schedule(logged_lr("runs/debug"), total=20)
+    check_schedule(logged_lr(built.trainer.log_dir), total=20)
