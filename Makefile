@@ -25,9 +25,8 @@ main: setup ## Bake a project with the default answers, train it on its default 
 	rm -rf $(PROJECT)
 	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable $(PROJECT)
-	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --config configs/default.yaml --trainer.enable_progress_bar false
-	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --config configs/default.yaml --ckpt_path best \
-		--trainer.enable_progress_bar false
+	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
+	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
 test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
 	$(BIN)/python -m pytest

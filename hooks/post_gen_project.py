@@ -9,7 +9,7 @@ if __name__ == "__main__":
     print(
         f"\nGenerated {ANSWERS['project_slug']}/. Next:\n"
         f"  cd {ANSWERS['project_slug']} && pip install -e '.[dev]'\n"
-        f"  {package} fit -c configs/default.yaml\n"
-        f"  {package} validate -c configs/default.yaml --ckpt_path best\n"
+        f"  {package} fit                         # the default run: configs/default.yaml\n"
+        f"  {package} validate --ckpt_path best\n"
         "  pytest\n"
     )

@@ -1,27 +1,41 @@
-"""The README's practice map points at files and tests that exist."""
+"""The README and the pages of docs/ point at files, tests and pages that exist."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
 from support import PACKAGE, ROOT
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+TEXT = "\n".join(PAGES.values())
+
+
+def test_docs_are_found() -> None:
+    assert {"README.md", "docs/practices.md"} <= set(PAGES)
 
 
 def test_every_referenced_file_exists() -> None:
-    paths = set(re.findall(r"`?((?:<pkg>|configs|tests|scripts|bench)/[\w./-]+\.(?:py|yaml|sh|sbatch))", README))
+    paths = set(re.findall(r"`?((?:<pkg>|configs|tests|scripts|bench|docs)/[\w./-]+\.(?:py|yaml|sh|sbatch|md))", TEXT))
     assert len(paths) > 40
     missing = [path for path in paths if not (ROOT / path.replace("<pkg>", f"src/{PACKAGE}")).is_file()]
     assert missing == []
 
 
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_relative_link_resolves(page: str) -> None:
+    folder = (ROOT / page).parent
+    links = [target.split("#")[0] for target in re.findall(r"\]\(([^)\s]+)\)", PAGES[page])]
+    missing = [link for link in links if link and "://" not in link and not (folder / link).exists()]
+    assert missing == []
+
+
 def test_every_referenced_test_exists() -> None:
-    # In a cell, `tests/test_x.py::name` and every `::other` after it (until the next file) name test functions.
+    # In a cell, `tests/<dir>/test_x.py::name` and every `::other` after it (until the next file) name test functions.
     references = []
-    for cell in re.findall(r"tests/test_\w+\.py::[^|\n]*", README):
+    for cell in re.findall(r"tests/(?:kit|task)/test_\w+\.py::[^|\n]*", TEXT):
         path = ""
-        for token in re.findall(r"tests/test_\w+\.py|::\w+", cell):
+        for token in re.findall(r"tests/(?:kit|task)/test_\w+\.py|::\w+", cell):
             if token.startswith("::"):
                 references.append((path, token[2:]))
             else:
