@@ -60,13 +60,23 @@ def test_lr_find_writes_a_preset_that_fit_stacks(
     assert built.model.hparams.lr == value
 
 
-def test_a_key_that_holds_no_number_exits_2_before_anything_runs(
-    run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (
+            "--lr_key=model.init_args.learning_rate",
+            "--lr_key model.init_args.learning_rate: the config holds no number",
+        ),
+        ("--trainer.fast_dev_run=true", "the finders do not run with trainer.fast_dev_run"),
+    ],
+)
+def test_bad_input_exits_2_before_anything_runs(
+    run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        run_cli("lr_find", "--lr_key=model.init_args.learning_rate")
+        run_cli("lr_find", flag)
     assert exit_info.value.code == 2
-    assert "error: --lr_key model.init_args.learning_rate: the config holds no number there" in capsys.readouterr().err
+    assert f"error: {message}" in capsys.readouterr().err
     assert list(in_tmp.iterdir()) == []  # nothing written
 
 

@@ -15,6 +15,7 @@ and the suggestion goes to the config key that builds the optimizer.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,24 +80,26 @@ def lr_find(
         early_stop_threshold=early_stop_threshold,
         update_attr=False,
     )
-    assert finder is not None, "Lightning skips the finder only under fast_dev_run, which has no SaveConfigCallback"
-    lrs, losses = finder.results["lr"], finder.results["loss"]
+    assert finder is not None, "Lightning skips the finder only under fast_dev_run, refused above"
     suggestion = finder.suggestion()
-    diverged = " (stopped early: the loss diverged)" if len(lrs) < num_training else ""
-    print(f"LR range test, {mode} from {min_lr:g} to {max_lr:g}: {len(lrs)} of {num_training} steps{diverged}")
-    marked = finder._optimal_idx if suggestion is not None else None  # the index Lightning's suggestion came from
-    print(text_plot(lrs, losses, marked, width, height, log_x=mode == "exponential"))
+    run_dir = Path(trainer.log_dir or ".")
+    preset = Path(output) if output is not None else run_dir / "lr_find.yaml"
+    found = Found(key, config.get(key), float(f"{suggestion:.3g}") if suggestion is not None else math.nan, preset)
+    if trainer.is_global_zero:  # every process has the result; one reports it and writes the files
+        lrs, losses = finder.results["lr"], finder.results["loss"]
+        diverged = " (stopped early: the loss diverged)" if len(lrs) < num_training else ""
+        print(f"LR range test, {mode} from {min_lr:g} to {max_lr:g}: {len(lrs)} of {num_training} steps{diverged}")
+        marked = finder._optimal_idx if suggestion is not None else None  # the point Lightning's suggestion is
+        print(text_plot(lrs, losses, marked, width, height, log_x=mode == "exponential"))
     if suggestion is None:
         raise SystemExit("error: the LR range test gave no suggestion (too few finite losses): raise --num_training")
-    run_dir = Path(trainer.log_dir or ".")
-    value = float(f"{suggestion:.3g}")
-    preset = Path(output) if output is not None else run_dir / "lr_find.yaml"
-    write_preset(preset, key, value, f"`{PACKAGE} lr_find`: the LR of steepest descent in Lightning's LR range test")
-    png = save_lr_plot(finder, run_dir / "lr_find.png")
-    print(f"suggested {key}: {value:g} (configured: {config.get(key):g})")
-    print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
-    print(f"preset: {preset}\ntrain with it: {run_again(config, preset)}")
-    return Found(key, config.get(key), value, preset)
+    if trainer.is_global_zero:
+        write_preset(preset, key, found.value, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss")
+        png = save_lr_plot(finder, run_dir / "lr_find.png")
+        print(f"suggested {key}: {found.value:g} (configured: {found.configured:g})")
+        print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
+        print(f"preset: {preset}\ntrain with it: {run_again(config, preset)}")
+    return found
 
 
 def batch_size_find(
@@ -114,11 +117,13 @@ def batch_size_find(
     output: str | None,
 ) -> Found:
     """Runs Lightning's batch-size scaling on the datamodule's attribute that ``batch_size_key`` names, prints the
-    largest size that ran (and, on a CPU, that it only bounds memory) and writes the preset. A bad key exits 2.
+    size found (on a CPU: that it only bounds memory) and writes the preset. A bad key exits 2 before anything runs.
     """
     parser, config = command_config(trainer)
     key = _key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
     attribute = key.rsplit(".", 1)[-1]
+    if trainer.world_size > 1:
+        parser.error("batch_size_find runs on one device: Lightning's finder refuses distributed strategies")
     if not hasattr(datamodule, attribute):
         parser.error(f"--batch_size_key {key}: {type(datamodule).__name__} has no attribute `{attribute}` to scale")
     if lightning_hasattr(model, attribute):  # Lightning looks at the model first and would scale the model's
@@ -131,7 +136,7 @@ def batch_size_find(
     trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]
     trainer.fit(model, datamodule=datamodule)
     found = finder.optimal_batch_size
-    assert found is not None, "Lightning skips the finder only under fast_dev_run, which has no SaveConfigCallback"
+    assert found is not None, "Lightning skips the finder only under fast_dev_run, refused above"
     print(f"batch size scaling ({mode}) from {init_val}: {found}")
     if isinstance(trainer.accelerator, CPUAccelerator):
         print(
@@ -140,7 +145,7 @@ def batch_size_find(
             " or the training set's size), not a measured limit; choose the batch size for speed and accuracy"
         )
     preset = Path(output) if output is not None else Path(trainer.log_dir or ".") / "batch_size_find.yaml"
-    write_preset(preset, key, found, f"`{PACKAGE} batch_size_find`: the largest batch size whose steps ran")
+    write_preset(preset, key, found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling")
     print(f"{key}: {found} (configured: {config.get(key)})")
     print(f"preset: {preset}\ntrain with it: {run_again(config, preset)}")
     return Found(key, config.get(key), found, preset)
@@ -163,12 +168,13 @@ def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
     """The parser and the parsed config of the running command.
 
     A Trainer method receives only the instantiated objects; LightningCLI hands the config to its
-    ``SaveConfigCallback`` (absent only under ``fast_dev_run``, where Lightning skips the finders anyway).
+    ``SaveConfigCallback`` (absent only under ``fast_dev_run``, where Lightning skips the finders: exit 2).
     """
     for callback in trainer.callbacks:  # type: ignore[attr-defined]
         if isinstance(callback, SaveConfigCallback):
             return callback.parser, callback.config
-    raise RuntimeError("the finders run from the command line (`<package> lr_find`), without fast_dev_run")
+    sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
+    raise SystemExit(2)
 
 
 def config_key(config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str) -> str:
