@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 import yaml
 from jsonargparse import Namespace
+from lightning.pytorch.tuner.lr_finder import _LRFinder
 from support import run_dir_flags, submodule
 
 finders = submodule("kit.finders")
@@ -108,6 +111,21 @@ def test_batch_size_find_writes_a_preset_and_says_a_cpu_only_bounds_memory(
     assert preset_value(run / "batch_size_find.yaml") == 64
     built = cli.build_cli([f"--config={run / 'batch_size_find.yaml'}"], run=False)
     assert built.datamodule.batch_size == 64
+
+
+def test_the_suggestion_is_the_steepest_descent_against_log_lr() -> None:
+    # A range test's typical curve: a plateau with small wiggles, a steep descent around 1e-2, divergence.
+    lrs = torch.logspace(-8, 0, 100, dtype=torch.float64)
+    x = lrs.log10()
+    losses = 2.3 - 1.5 * torch.sigmoid(3 * (x + 2)) + 3 * torch.relu(x + 0.5) + 0.002 * torch.sin(7 * x)
+    best = finders.steepest_descent(lrs.tolist(), losses.tolist(), log_x=True)
+    assert 10**-2.5 < lrs[best] < 10**-1.5
+    # Lightning 2.6 differentiates against the LR itself and picks a wiggle of the plateau (lightning#21141):
+    # when this fails, Lightning's own suggestion is right again and `steepest_descent` can go.
+    lightning = _LRFinder("exponential", 1e-8, 1.0, 100)
+    lightning.results = {"lr": lrs.tolist(), "loss": losses.tolist()}
+    assert lightning.suggestion() < 1e-6
+    assert finders.steepest_descent(lrs.tolist(), [math.nan] * 100, log_x=True) is None
 
 
 def test_text_plot_marks_the_suggestion() -> None:

@@ -9,7 +9,8 @@ named with ``--lr_key`` / ``--batch_size_key``.
 
 Lightning's finder applies its suggestion to a model attribute (``lr`` or ``learning_rate``), which an
 optimizer given as a CLI callable never reads (lightning#16787): here it only measures (``update_attr=False``)
-and the suggestion goes to the config key that builds the optimizer.
+and the suggestion goes to the config key that builds the optimizer. The suggestion is the steepest descent
+of the loss against log10(LR), not against the LR as in Lightning 2.6 (lightning#21141, see ``steepest_descent``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.accelerators import CPUAccelerator
@@ -81,24 +83,22 @@ def lr_find(
         update_attr=False,
     )
     assert finder is not None, "Lightning skips the finder only under fast_dev_run, refused above"
-    suggestion = finder.suggestion()
-    run_dir = Path(trainer.log_dir or ".")
-    preset = Path(output) if output is not None else run_dir / "lr_find.yaml"
-    found = Found(key, config.get(key), float(f"{suggestion:.3g}") if suggestion is not None else math.nan, preset)
+    lrs, losses = finder.results["lr"], finder.results["loss"]
+    best = steepest_descent(lrs, losses, log_x=mode == "exponential")
     if trainer.is_global_zero:  # every process has the result; one reports it and writes the files
-        lrs, losses = finder.results["lr"], finder.results["loss"]
         diverged = " (stopped early: the loss diverged)" if len(lrs) < num_training else ""
         print(f"LR range test, {mode} from {min_lr:g} to {max_lr:g}: {len(lrs)} of {num_training} steps{diverged}")
-        marked = finder._optimal_idx if suggestion is not None else None  # the point Lightning's suggestion is
-        print(text_plot(lrs, losses, marked, width, height, log_x=mode == "exponential"))
-    if suggestion is None:
+        print(text_plot(lrs, losses, best, width, height, log_x=mode == "exponential"))
+    if best is None:
         raise SystemExit("error: the LR range test gave no suggestion (too few finite losses): raise --num_training")
+    run_dir = Path(trainer.log_dir or ".")
+    found = Found(key, config.get(key), float(f"{lrs[best]:.3g}"), Path(output or run_dir / "lr_find.yaml"))
     if trainer.is_global_zero:
-        write_preset(preset, key, found.value, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss")
-        png = save_lr_plot(finder, run_dir / "lr_find.png")
+        write_preset(found, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss")
+        png = save_lr_plot(finder, best, run_dir / "lr_find.png")
         print(f"suggested {key}: {found.value:g} (configured: {found.configured:g})")
         print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
-        print(f"preset: {preset}\ntrain with it: {run_again(config, preset)}")
+        print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
     return found
 
 
@@ -135,20 +135,20 @@ def batch_size_find(
     finder._early_exit = True  # `fit` ends once the search is done, as in Lightning's Tuner.scale_batch_size
     trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]
     trainer.fit(model, datamodule=datamodule)
-    found = finder.optimal_batch_size
-    assert found is not None, "Lightning skips the finder only under fast_dev_run, refused above"
-    print(f"batch size scaling ({mode}) from {init_val}: {found}")
+    size = finder.optimal_batch_size
+    assert size is not None, "Lightning skips the finder only under fast_dev_run, refused above"
+    print(f"batch size scaling ({mode}) from {init_val}: {size}")
     if isinstance(trainer.accelerator, CPUAccelerator):
         print(
             f"on CPU this only bounds memory: a CPU does not report out-of-memory (the system swaps or kills the"
-            f" process first), so {found} is where the search stopped (max_val {max_val}, max_trials {max_trials}"
+            f" process first), so {size} is where the search stopped (max_val {max_val}, max_trials {max_trials}"
             " or the training set's size), not a measured limit; choose the batch size for speed and accuracy"
         )
-    preset = Path(output) if output is not None else Path(trainer.log_dir or ".") / "batch_size_find.yaml"
-    write_preset(preset, key, found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling")
-    print(f"{key}: {found} (configured: {config.get(key)})")
-    print(f"preset: {preset}\ntrain with it: {run_again(config, preset)}")
-    return Found(key, config.get(key), found, preset)
+    found = Found(key, config.get(key), size, Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml"))
+    write_preset(found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling")
+    print(f"{key}: {size} (configured: {found.configured})")
+    print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
+    return found
 
 
 class _BatchSizeFinder(BatchSizeFinder):
@@ -162,6 +162,24 @@ class _BatchSizeFinder(BatchSizeFinder):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         trainer.strategy.lr_scheduler_configs = []
         super().on_fit_start(trainer, pl_module)
+
+
+def steepest_descent(
+    lrs: list[float], losses: list[float], log_x: bool, skip_begin: int = 10, skip_end: int = 1
+) -> int | None:
+    """The index of the steepest descent of the finite losses against the LR (log10 of it with ``log_x``).
+
+    Lightning's ``suggestion()``, differentiated against log10(LR) when the LRs grow exponentially: Lightning
+    2.6 differentiates against the LR itself, which inflates slopes at the smallest LRs and so favours them
+    (lightning#21141). ``None`` with fewer than 2 finite points after skipping the first and last ones.
+    """
+    window = range(skip_begin, len(losses) - skip_end)
+    kept = [i for i in window if math.isfinite(losses[i])]
+    if len(kept) < 2:
+        return None
+    x = torch.as_tensor([math.log10(lrs[i]) if log_x else lrs[i] for i in kept], dtype=torch.float64)
+    y = torch.as_tensor([losses[i] for i in kept], dtype=torch.float64)
+    return kept[int(torch.gradient(y, spacing=[x])[0].argmin())]
 
 
 def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
@@ -203,14 +221,13 @@ def _key_or_exit(
         parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
 
 
-def write_preset(path: Path, key: str, value: float | int, header: str) -> Path:
-    """Writes ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment ``header``."""
-    tree: Any = value
-    for part in reversed(key.split(".")):
+def write_preset(found: Found, header: str) -> None:
+    """Writes ``found.preset``: ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment."""
+    tree: Any = found.value
+    for part in reversed(found.key.split(".")):
         tree = {part: tree}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False))
-    return path
+    found.preset.parent.mkdir(parents=True, exist_ok=True)
+    found.preset.write_text(f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False))
 
 
 def run_again(config: Namespace, preset: Path) -> str:
@@ -219,14 +236,16 @@ def run_again(config: Namespace, preset: Path) -> str:
     return " ".join([PACKAGE, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])
 
 
-def save_lr_plot(finder: _LRFinder, path: Path) -> Path | None:
-    """Lightning's plot of the loss against the LR, suggestion marked, as a PNG; ``None`` without matplotlib."""
+def save_lr_plot(finder: _LRFinder, marked: int, path: Path) -> Path | None:
+    """Lightning's plot of the loss against the LR, point ``marked`` in red, as a PNG; ``None`` without matplotlib."""
     try:
         from matplotlib.figure import Figure  # optional: not a dependency of the project
     except ImportError:
         return None
     figure = Figure(figsize=(6, 4), layout="tight")  # a bare Figure: no window, no pyplot state
-    finder.plot(suggest=True, ax=figure.subplots())
+    axes = figure.subplots()
+    finder.plot(suggest=False, ax=axes)  # Lightning's `suggest=True` would mark its own suggestion
+    axes.plot(finder.results["lr"][marked], finder.results["loss"][marked], marker="o", markersize=10, color="red")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     return path
