@@ -14,10 +14,13 @@ import lightning.pytorch as pl
 
 from .checkpoints import read_checkpoint, resolve_ckpt_path
 from .export import Exported, example_batch, export_model, format_report
+from .finders import Found, batch_size_find, lr_find
 from .schedule_preview import format_preview, learning_rates
 
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.
-EXTRA_SUBCOMMANDS: dict[str, set[str]] = {"schedule": {"model", "datamodule"}, "export": {"model", "datamodule"}}
+EXTRA_SUBCOMMANDS: dict[str, set[str]] = {
+    name: {"model", "datamodule"} for name in ("schedule", "export", "lr_find", "batch_size_find")
+}
 
 
 class ProjectTrainer(pl.Trainer):
@@ -73,3 +76,97 @@ class ProjectTrainer(pl.Trainer):
         exported = export_model(model, example_batch(datamodule, max_samples), destination, formats, atol)
         print(format_report(exported))
         return exported
+
+    def lr_find(
+        self,
+        model: pl.LightningModule,
+        datamodule: pl.LightningDataModule | None = None,
+        min_lr: float = 1e-8,
+        max_lr: float = 1.0,
+        num_training: int = 100,
+        mode: Literal["exponential", "linear"] = "exponential",
+        early_stop_threshold: float | None = 4.0,
+        lr_key: str | None = None,
+        output: str | None = None,
+        width: int = 60,
+        height: int = 12,
+    ) -> Found:
+        """Runs Lightning's LR range test on the configured run and writes the suggested LR as a preset.
+
+        Prints the loss against the LR (the suggestion marked ``o``) and the suggestion; writes
+        ``<run directory>/lr_find.yaml`` (stack it: ``fit -c <configs> -c <that file>``) and, with matplotlib
+        installed, ``lr_find.png``. Nothing is trained: the model is restored after the test.
+
+        Args:
+            model: The model, with its optimizer, from the config.
+            datamodule: The data the test trains on.
+            min_lr: LR of the first step.
+            max_lr: LR of the last step.
+            num_training: Optimizer steps of the test, whatever the configured run's length.
+            mode: How the LR grows from step to step.
+            early_stop_threshold: Stop once the smoothed loss exceeds this multiple of its best; ``null``: never.
+            lr_key: Config key the preset sets; ``null``: the one key under ``model`` named ``lr`` or
+                ``learning_rate`` (e.g. ``model.init_args.optimizer.init_args.lr``).
+            output: Path of the preset; ``null``: ``<run directory>/lr_find.yaml``.
+            width: Columns of the plot.
+            height: Rows of the plot.
+        """
+        return lr_find(
+            self,
+            model,
+            datamodule,
+            min_lr=min_lr,
+            max_lr=max_lr,
+            num_training=num_training,
+            mode=mode,
+            early_stop_threshold=early_stop_threshold,
+            lr_key=lr_key,
+            output=output,
+            width=width,
+            height=height,
+        )
+
+    def batch_size_find(
+        self,
+        model: pl.LightningModule,
+        datamodule: pl.LightningDataModule,
+        mode: Literal["power", "binsearch"] = "power",
+        steps_per_trial: int = 3,
+        init_val: int = 2,
+        max_trials: int = 25,
+        max_val: int = 8192,
+        margin: float = 0.05,
+        batch_size_key: str | None = None,
+        output: str | None = None,
+    ) -> Found:
+        """Finds the largest batch size whose training steps fit in memory and writes it as a preset.
+
+        Lightning's batch-size scaling of the datamodule's attribute; writes ``<run directory>/batch_size_find.yaml``.
+        On a CPU no out-of-memory is detected: the result then only bounds the search, as the output says.
+
+        Args:
+            model: The model from the config.
+            datamodule: The data, whose batch size attribute is scaled.
+            mode: ``power`` doubles until a step fails; ``binsearch`` then bisects between the last two sizes.
+            steps_per_trial: Training steps run at each batch size.
+            init_val: First batch size tried.
+            max_trials: Most batch sizes tried.
+            max_val: Largest batch size tried.
+            margin: ``binsearch`` only: the result is lowered by this fraction, as a safety buffer.
+            batch_size_key: Config key the preset sets; ``null``: the one key under ``data`` named ``batch_size``
+                (e.g. ``data.init_args.batch_size``); the datamodule attribute of that name is scaled.
+            output: Path of the preset; ``null``: ``<run directory>/batch_size_find.yaml``.
+        """
+        return batch_size_find(
+            self,
+            model,
+            datamodule,
+            mode=mode,
+            steps_per_trial=steps_per_trial,
+            init_val=init_val,
+            max_trials=max_trials,
+            max_val=max_val,
+            margin=margin,
+            batch_size_key=batch_size_key,
+            output=output,
+        )

@@ -1,0 +1,274 @@
+"""The LR and batch-size finders: Lightning's Tuner on the configured run, its answer written as a preset.
+
+``lr_find`` runs Lightning's LR range test (a short run whose LR grows every step) on the configured model,
+optimizer and data; ``batch_size_find`` doubles the datamodule's batch size until a step runs out of memory.
+Each writes its answer as a preset of one config key, which stacks like any other:
+``fit -c <the same configs> -c <run directory>/lr_find.yaml``. The key is found in the command's config
+(the one number under ``model`` named ``lr`` or ``learning_rate``; under ``data`` named ``batch_size``), or
+named with ``--lr_key`` / ``--batch_size_key``.
+
+Lightning's finder applies its suggestion to a model attribute (``lr`` or ``learning_rate``), which an
+optimizer given as a CLI callable never reads (lightning#16787): here it only measures (``update_attr=False``)
+and the suggestion goes to the config key that builds the optimizer. The suggestion is the steepest descent
+of the loss against log10(LR), not against the LR as in Lightning 2.6 (lightning#21141, see ``steepest_descent``).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import yaml
+from jsonargparse import ArgumentParser, Namespace
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import BatchSizeFinder
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.tuner import Tuner
+from lightning.pytorch.tuner.lr_finder import _LRFinder
+from lightning.pytorch.utilities.parsing import lightning_hasattr
+
+LR_NAMES = ("lr", "learning_rate")
+BATCH_SIZE_NAMES = ("batch_size",)
+PACKAGE = (__package__ or "package").split(".")[0]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A finder's answer: the config key it sets, the value configured before, the value found, the preset file."""
+
+    key: str
+    configured: float | int
+    value: float | int
+    preset: Path
+
+
+def lr_find(
+    trainer: pl.Trainer,
+    model: pl.LightningModule,
+    datamodule: pl.LightningDataModule | None,
+    *,
+    min_lr: float,
+    max_lr: float,
+    num_training: int,
+    mode: str,
+    early_stop_threshold: float | None,
+    lr_key: str | None,
+    output: str | None,
+    width: int,
+    height: int,
+) -> Found:
+    """Runs Lightning's LR range test, prints the loss curve and the suggestion, writes the preset and a PNG.
+
+    A bad ``lr_key`` exits 2 before anything runs; a test with no suggestion (too few finite losses) exits 1.
+    """
+    parser, config = command_config(trainer)
+    key = _key_or_exit(parser, config, lr_key, "model", LR_NAMES, "lr_key")
+    # The test takes its own number of steps, whatever the configured run's length: lift the epoch limit that
+    # would end it early, and size the configured schedule (which the finder replaces) to the test.
+    trainer.fit_loop.max_epochs = -1
+    trainer.fit_loop.epoch_loop.max_steps = num_training
+    finder = Tuner(trainer).lr_find(
+        model,
+        datamodule=datamodule,
+        min_lr=min_lr,
+        max_lr=max_lr,
+        num_training=num_training,
+        mode=mode,
+        early_stop_threshold=early_stop_threshold,
+        update_attr=False,
+    )
+    assert finder is not None, "Lightning skips the finder only under fast_dev_run, refused above"
+    lrs, losses = finder.results["lr"], finder.results["loss"]
+    best = steepest_descent(lrs, losses, log_x=mode == "exponential")
+    if trainer.is_global_zero:  # every process has the result; one reports it and writes the files
+        diverged = " (stopped early: the loss diverged)" if len(lrs) < num_training else ""
+        print(f"LR range test, {mode} from {min_lr:g} to {max_lr:g}: {len(lrs)} of {num_training} steps{diverged}")
+        print(text_plot(lrs, losses, best, width, height, log_x=mode == "exponential"))
+    if best is None:
+        raise SystemExit("error: the LR range test gave no suggestion (too few finite losses): raise --num_training")
+    run_dir = Path(trainer.log_dir or ".")
+    found = Found(key, config.get(key), float(f"{lrs[best]:.3g}"), Path(output or run_dir / "lr_find.yaml"))
+    if trainer.is_global_zero:
+        write_preset(found, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss")
+        png = save_lr_plot(finder, best, run_dir / "lr_find.png")
+        print(f"suggested {key}: {found.value:g} (configured: {found.configured:g})")
+        print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
+        print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
+    return found
+
+
+def batch_size_find(
+    trainer: pl.Trainer,
+    model: pl.LightningModule,
+    datamodule: pl.LightningDataModule,
+    *,
+    mode: str,
+    steps_per_trial: int,
+    init_val: int,
+    max_trials: int,
+    max_val: int,
+    margin: float,
+    batch_size_key: str | None,
+    output: str | None,
+) -> Found:
+    """Runs Lightning's batch-size scaling on the datamodule's attribute that ``batch_size_key`` names, prints the
+    size found (on a CPU: that it only bounds memory) and writes the preset. A bad key exits 2 before anything runs.
+    """
+    parser, config = command_config(trainer)
+    key = _key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
+    attribute = key.rsplit(".", 1)[-1]
+    if trainer.world_size > 1:
+        parser.error("batch_size_find runs on one device: Lightning's finder refuses distributed strategies")
+    if not hasattr(datamodule, attribute):
+        parser.error(f"--batch_size_key {key}: {type(datamodule).__name__} has no attribute `{attribute}` to scale")
+    if lightning_hasattr(model, attribute):  # Lightning looks at the model first and would scale the model's
+        parser.error(f"{type(model).__name__} has `{attribute}` too: the finder would scale it, not the data's")
+    # As in `lr_find`: each trial runs its own number of steps, whatever the configured run's length.
+    trainer.fit_loop.max_epochs = -1
+    trainer.fit_loop.epoch_loop.max_steps = steps_per_trial
+    finder = _BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, attribute, margin, max_val)
+    finder._early_exit = True  # `fit` ends once the search is done, as in Lightning's Tuner.scale_batch_size
+    trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]
+    trainer.fit(model, datamodule=datamodule)
+    size = finder.optimal_batch_size
+    assert size is not None, "Lightning skips the finder only under fast_dev_run, refused above"
+    print(f"batch size scaling ({mode}) from {init_val}: {size}")
+    if isinstance(trainer.accelerator, CPUAccelerator):
+        print(
+            f"on CPU this only bounds memory: a CPU does not report out-of-memory (the system swaps or kills the"
+            f" process first), so {size} is where the search stopped (max_val {max_val}, max_trials {max_trials}"
+            " or the training set's size), not a measured limit; choose the batch size for speed and accuracy"
+        )
+    found = Found(key, config.get(key), size, Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml"))
+    write_preset(found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling")
+    print(f"{key}: {size} (configured: {found.configured})")
+    print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
+    return found
+
+
+class _BatchSizeFinder(BatchSizeFinder):
+    """Lightning's ``BatchSizeFinder``, its trials run without the configured LR schedule.
+
+    The trials step the optimizer one after the other, and with it the schedule: one sized to the run
+    (``OneCycleLR`` over ``estimated_stepping_batches``) runs out of steps after a few trials and raises.
+    The LR does not change what fits in memory.
+    """
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.strategy.lr_scheduler_configs = []
+        super().on_fit_start(trainer, pl_module)
+
+
+def steepest_descent(
+    lrs: list[float], losses: list[float], log_x: bool, skip_begin: int = 10, skip_end: int = 1
+) -> int | None:
+    """The index of the steepest descent of the finite losses against the LR (log10 of it with ``log_x``).
+
+    Lightning's ``suggestion()``, differentiated against log10(LR) when the LRs grow exponentially: Lightning
+    2.6 differentiates against the LR itself, which inflates slopes at the smallest LRs and so favours them
+    (lightning#21141). ``None`` with fewer than 2 finite points after skipping the first and last ones.
+    """
+    window = range(skip_begin, len(losses) - skip_end)
+    kept = [i for i in window if math.isfinite(losses[i])]
+    if len(kept) < 2:
+        return None
+    x = torch.as_tensor([math.log10(lrs[i]) if log_x else lrs[i] for i in kept], dtype=torch.float64)
+    y = torch.as_tensor([losses[i] for i in kept], dtype=torch.float64)
+    return kept[int(torch.gradient(y, spacing=[x])[0].argmin())]
+
+
+def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
+    """The parser and the parsed config of the running command.
+
+    A Trainer method receives only the instantiated objects; LightningCLI hands the config to its
+    ``SaveConfigCallback`` (absent only under ``fast_dev_run``, where Lightning skips the finders: exit 2).
+    """
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, SaveConfigCallback):
+            return callback.parser, callback.config
+    sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
+    raise SystemExit(2)
+
+
+def config_key(config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str) -> str:
+    """The numeric config key a finder sets: ``key`` if given, else the one under ``section`` named one of ``names``.
+
+    Raises ``ValueError`` naming the flag when ``key`` holds no number, or when none or several keys match.
+    """
+    if key is None:
+        matches = [k for k, _ in config.items() if k.startswith(f"{section}.") and k.rsplit(".", 1)[-1] in names]
+        if len(matches) != 1:
+            found = f"found {', '.join(matches)}" if matches else f"none is named {' or '.join(names)}"
+            raise ValueError(f"--{flag}: which key under `{section}` should the preset set? {found}; name it")
+        key = matches[0]
+    value = config.get(key) if key in config else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"--{flag} {key}: the config holds no number there ({value!r})")
+    return key
+
+
+def _key_or_exit(
+    parser: ArgumentParser, config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str
+) -> str:
+    try:
+        return config_key(config, key, section, names, flag)
+    except ValueError as error:
+        parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
+
+
+def write_preset(found: Found, header: str) -> None:
+    """Writes ``found.preset``: ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment."""
+    tree: Any = found.value
+    for part in reversed(found.key.split(".")):
+        tree = {part: tree}
+    found.preset.parent.mkdir(parents=True, exist_ok=True)
+    found.preset.write_text(f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False))
+
+
+def run_again(config: Namespace, preset: Path) -> str:
+    """The command that trains with the preset: the config files this command was given, then the preset."""
+    given = [str(path) for path in config.get("config") or []]
+    return " ".join([PACKAGE, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])
+
+
+def save_lr_plot(finder: _LRFinder, marked: int, path: Path) -> Path | None:
+    """Lightning's plot of the loss against the LR, point ``marked`` in red, as a PNG; ``None`` without matplotlib."""
+    try:
+        from matplotlib.figure import Figure  # optional: not a dependency of the project
+    except ImportError:
+        return None
+    figure = Figure(figsize=(6, 4), layout="tight")  # a bare Figure: no window, no pyplot state
+    axes = figure.subplots()
+    finder.plot(suggest=False, ax=axes)  # Lightning's `suggest=True` would mark its own suggestion
+    axes.plot(finder.results["lr"][marked], finder.results["loss"][marked], marker="o", markersize=10, color="red")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def text_plot(
+    lrs: list[float], losses: list[float], marked: int | None, width: int, height: int, log_x: bool = True
+) -> str:
+    """The loss (rows) against the LR (columns, log scale with ``log_x``) in text; point ``marked`` drawn as ``o``."""
+    position = math.log10 if log_x else float
+    points = [(i, position(x), y) for i, (x, y) in enumerate(zip(lrs, losses, strict=True)) if math.isfinite(y)]
+    if not points:
+        return "(no finite loss to plot)"
+    x_low, x_high = min(p[1] for p in points), max(p[1] for p in points)
+    y_low, y_high = min(p[2] for p in points), max(p[2] for p in points)
+    rows = [[" "] * width for _ in range(height)]
+    for index, x, y in points:
+        column = round((x - x_low) / ((x_high - x_low) or 1.0) * (width - 1))
+        row = height - 1 - round((y - y_low) / ((y_high - y_low) or 1.0) * (height - 1))
+        if rows[row][column] != "o":
+            rows[row][column] = "o" if index == marked else "*"
+    labels = [f"{y_high:9.3g} |", *[" " * 9 + " |"] * (height - 2), f"{y_low:9.3g} |"] if height > 1 else ["loss |"]
+    lines = [label + "".join(row) for label, row in zip(labels, rows, strict=True)]
+    first, last = f"lr {lrs[0]:.1e}", f"{lrs[-1]:.1e}"
+    axis = first + " " * max(1, width - len(first) - len(last)) + last
+    return "\n".join([*lines, " " * 10 + "+" + "-" * width, " " * 11 + axis])

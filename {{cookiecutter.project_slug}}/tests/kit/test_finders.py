@@ -1,0 +1,137 @@
+"""``lr_find`` and ``batch_size_find``: Lightning's finders on the configured run, each answer a preset that stacks."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch.tuner.lr_finder import _LRFinder
+from support import run_dir_flags, submodule
+
+finders = submodule("kit.finders")
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def preset_value(path: Path) -> object:
+    """The one leaf of a finder's preset."""
+    tree = yaml.safe_load(path.read_text())
+    while isinstance(tree, dict):
+        ((_, tree),) = tree.items()
+    return tree
+
+
+@pytest.mark.parametrize(
+    "matplotlib",
+    [
+        pytest.param(True, marks=pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib is not installed")),
+        False,
+    ],
+    ids=["with-matplotlib", "without-matplotlib"],
+)
+def test_lr_find_writes_a_preset_that_fit_stacks(
+    cli: ModuleType,
+    run_cli: Callable[..., object],
+    in_tmp: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    matplotlib: bool,
+) -> None:
+    if not matplotlib:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib...` raises ImportError
+        monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    run = in_tmp / "runs/fixture/lr"
+    # 40 steps across 16-batch epochs of a 2-epoch run: the test takes its own length, not the run's.
+    run_cli("lr_find", "--num_training=40", "--max_lr=0.01", *run_dir_flags(run))
+    out = capsys.readouterr().out
+    assert "40 of 40 steps" in out
+    value = preset_value(run / "lr_find.yaml")
+    assert isinstance(value, float)
+    assert 1e-8 <= value <= 0.01
+    assert f"suggested model.init_args.lr: {value:g} (configured: 0.01)" in out
+    assert (run / "lr_find.png").is_file() == matplotlib
+    assert ("install matplotlib" in out) != matplotlib
+    # The preset stacks: the model the next command builds trains with the suggestion.
+    built = cli.build_cli([f"--config={run / 'lr_find.yaml'}"], run=False)
+    assert built.model.hparams.lr == value
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (
+            "--lr_key=model.init_args.learning_rate",
+            "--lr_key model.init_args.learning_rate: the config holds no number",
+        ),
+        ("--trainer.fast_dev_run=true", "the finders do not run with trainer.fast_dev_run"),
+    ],
+)
+def test_bad_input_exits_2_before_anything_runs(
+    run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli("lr_find", flag)
+    assert exit_info.value.code == 2
+    assert f"error: {message}" in capsys.readouterr().err
+    assert list(in_tmp.iterdir()) == []  # nothing written
+
+
+def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:
+    optimizer = Namespace(class_path="torch.optim.SGD", init_args=Namespace(lr=0.1, momentum=0.9))
+    config = Namespace(model=Namespace(init_args=Namespace(optimizer=optimizer, hidden=8)), data=Namespace(lr=1.0))
+
+    def key(named: str | None, names: tuple[str, ...] = finders.LR_NAMES) -> str:
+        return finders.config_key(config, named, "model", names, "lr_key")
+
+    assert key(None) == "model.init_args.optimizer.init_args.lr"  # `data.lr` is not under `model`
+    assert key("model.init_args.hidden") == "model.init_args.hidden"
+    config.model.init_args.learning_rate = 0.5  # two candidates: the user names one
+    with pytest.raises(ValueError, match=r"found model\.init_args\.optimizer\.init_args\.lr, model\.init_args\.learn"):
+        key(None)
+    with pytest.raises(ValueError, match="none is named batch_size"):
+        key(None, finders.BATCH_SIZE_NAMES)
+
+
+def test_batch_size_find_writes_a_preset_and_says_a_cpu_only_bounds_memory(
+    cli: ModuleType, run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = in_tmp / "runs/fixture/bs"
+    run_cli("batch_size_find", "--data.init_args.train_size=64", *run_dir_flags(run))
+    out = capsys.readouterr().out
+    # Doubling from 2 on a CPU never runs out of memory: the search ends at the training set's size.
+    assert "batch size scaling (power) from 2: 64" in out
+    assert "on CPU this only bounds memory" in out
+    assert preset_value(run / "batch_size_find.yaml") == 64
+    built = cli.build_cli([f"--config={run / 'batch_size_find.yaml'}"], run=False)
+    assert built.datamodule.batch_size == 64
+
+
+def test_the_suggestion_is_the_steepest_descent_against_log_lr() -> None:
+    # A range test's typical curve: a plateau with small wiggles, a steep descent around 1e-2, divergence.
+    lrs = torch.logspace(-8, 0, 100, dtype=torch.float64)
+    x = lrs.log10()
+    losses = 2.3 - 1.5 * torch.sigmoid(3 * (x + 2)) + 3 * torch.relu(x + 0.5) + 0.002 * torch.sin(7 * x)
+    best = finders.steepest_descent(lrs.tolist(), losses.tolist(), log_x=True)
+    assert 10**-2.5 < lrs[best] < 10**-1.5
+    # Lightning 2.6 differentiates against the LR itself and picks a wiggle of the plateau (lightning#21141):
+    # when this fails, Lightning's own suggestion is right again and `steepest_descent` can go.
+    lightning = _LRFinder("exponential", 1e-8, 1.0, 100)
+    lightning.results = {"lr": lrs.tolist(), "loss": losses.tolist()}
+    assert lightning.suggestion() < 1e-6
+    assert finders.steepest_descent(lrs.tolist(), [math.nan] * 100, log_x=True) is None
+
+
+def test_text_plot_marks_the_suggestion() -> None:
+    lrs = [10.0**e for e in range(-6, 1)]
+    losses = [1.0, 0.9, 0.5, 0.2, 0.3, float("nan"), 2.0]  # non-finite losses are left out
+    plot = finders.text_plot(lrs, losses, marked=3, width=7, height=5).splitlines()
+    assert plot[0] == "        2 |      *"
+    assert plot[4] == "      0.2 |   o*  "  # 0.3 rounds to the bottom row too
+    assert plot[-1].split() == ["lr", "1.0e-06", "1.0e+00"]
