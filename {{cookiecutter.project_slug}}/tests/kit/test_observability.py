@@ -87,6 +87,13 @@ def test_memory_budget_rows_are_exact(memory: ModuleType) -> None:
     assert memory.optimizer_state_bytes(torch.optim.LBFGS(network.parameters())) is None  # needs a closure
 
 
+def test_memory_budget_of_lazy_modules_is_unknown_not_an_error(memory: ModuleType) -> None:
+    network = nn.Sequential(nn.LazyLinear(3))
+    assert memory.memory_budget(network, [torch.optim.AdamW(network.parameters())], torch.zeros(2, 5)) == dict.fromkeys(
+        memory.ROWS
+    )
+
+
 def test_memory_budget_forward_leaves_training_untouched(memory: ModuleType) -> None:
     network = nn.Sequential(nn.Linear(12, 8), nn.BatchNorm1d(8), nn.Sequential(nn.Dropout(0.5), nn.Linear(8, 3)))
     network.eval()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support import PACKAGE, ROOT
@@ -43,3 +47,41 @@ def test_every_referenced_test_exists() -> None:
     assert len(references) > 40
     missing = [f"{path}::{name}" for path, name in references if f"def {name}(" not in (ROOT / path).read_text()]
     assert missing == []
+
+
+@pytest.fixture
+def readme_examples(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """The README's Python examples, importable as the module ``readme_examples``."""
+    blocks = re.findall(r"```python\n(.*?)```", PAGES["README.md"], re.DOTALL)
+    assert len(blocks) == 3  # data, network, LightningModule
+    module = types.ModuleType("readme_examples")
+    exec(compile("\n".join(blocks), "README.md", "exec"), module.__dict__)  # noqa: S102 - our own README
+    monkeypatch.setitem(sys.modules, "readme_examples", module)
+    yield module
+
+
+@pytest.mark.parametrize(
+    "model",
+    [["--model=readme_examples.MyModule"], ["--model.init_args.network=readme_examples.MyNet"]],
+    ids=["own-module", "own-network-in-the-classifier"],
+)
+def test_code_examples_train(
+    readme_examples: types.ModuleType, cli: types.ModuleType, in_tmp: Path, model: list[str]
+) -> None:
+    fitted = cli.build_cli(
+        [
+            "fit",
+            "--data=readme_examples.MyData",
+            "--data.init_args.num_workers=0",
+            *model,
+            "--best_checkpoint.monitor=val/loss",
+            "--best_checkpoint.mode=min",
+            "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=3",
+            "--trainer.limit_val_batches=1",
+            "--trainer.enable_progress_bar=false",
+        ]
+    )
+    assert fitted.trainer.global_step == 3
+    assert fitted.model.hparams["input_shape"] == (1, 28, 28)  # linked from the example's data
+    assert list(Path("runs").rglob("best.ckpt"))

@@ -96,7 +96,12 @@ def memory_budget(
     inputs: Tensor | None,
     forward_context: Callable[[], AbstractContextManager] | None = None,
 ) -> dict[str, int | None]:
-    """The budget in bytes per row of ``ROWS``; ``None`` where it cannot be known."""
+    """The budget in bytes per row of ``ROWS``; ``None`` where it cannot be known.
+
+    A module with lazy parameters (``nn.LazyLinear``, ...) has no sizes before its first forward: all ``None``.
+    """
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in module.parameters()):
+        return dict.fromkeys(ROWS)
     states = [optimizer_state_bytes(optimizer) for optimizer in optimizers]
     return {
         "parameters": parameter_bytes(module),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
 LINKED_ATTRIBUTES = ("input_shape", "num_classes")
@@ -31,11 +32,13 @@ def example_input(trainer: pl.Trainer) -> Tensor | None:
     """The input of one measured forward outside the training loop, in the dtype the precision gives real batches.
 
     The module's ``example_input_array`` if it is a tensor, else a zero batch of the datamodule's
-    ``input_shape``; ``None`` without either, or for a model sharded across processes (FSDP, DeepSpeed),
-    which cannot run outside its wrapper.
+    ``input_shape``; ``None`` without either, for a module without ``forward``, or for a model sharded across
+    processes (FSDP, DeepSpeed), which cannot run outside its wrapper.
     """
     if not isinstance(trainer.strategy, (SingleDeviceStrategy, DDPStrategy)):
         return None
+    if not is_overridden("forward", trainer.lightning_module, pl.LightningModule):
+        return None  # a module may train through its steps alone: nothing to run outside them
     defined = trainer.lightning_module.example_input_array
     if defined is not None:
         return defined if isinstance(defined, Tensor) else None
