@@ -93,18 +93,20 @@ class ProjectCLI(LightningCLI):
         untouched. Only the process of global rank 0 creates a run (the one Lightning's DDP launcher starts the
         others from): other processes get its directory through ``trainer.log_dir``, which Lightning broadcasts.
         """
-        subcommand = self.subcommand or ""
+        subcommand = self.subcommand
+        # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
         fitting = subcommand == "fit" and not trainer_config.get("fast_dev_run")
-        ckpt_path = self.config_init.get(subcommand, {}).get("ckpt_path")
+        ckpt_path = self.config_init[subcommand].get("ckpt_path") if subcommand else None
         run = self._get(self.config_init, "run")
         self.plan = self.record = None
+        writer = is_global_zero_process()
         try:
-            plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path)
+            plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
             if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
                 check_checkpoint(plan.ckpt_path, self.model)
         except ValueError as error:
             self.parser.error(str(error))
-        if ckpt_path is not None:
+        if subcommand and ckpt_path is not None:
             self.config_init[subcommand]["ckpt_path"] = plan.ckpt_path
         if ckpt_path == "last" and fitting and plan.ckpt_path is None:
             rank_zero_info(
@@ -116,7 +118,6 @@ class ProjectCLI(LightningCLI):
             if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
                 rank_zero_info(describe(read_checkpoint(plan.ckpt_path), plan.ckpt_path))
             return plan.directory or plan.experiment_dir, []
-        writer = is_global_zero_process()
         directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
         if plan.resumed:
             rank_zero_info(f"Resuming run {directory} from {plan.ckpt_path}")
@@ -133,7 +134,10 @@ class ProjectCLI(LightningCLI):
 
     def _logger(self, directory: Path) -> RunLogger | bool:
         # Only `fit` logs: evaluating a checkpoint writes no events into its run (their steps would restart
-        # at 0 on the run's curves); the metrics are printed as a table.
+        # at 0 on the run's curves); the metrics are printed as a table. Objects built without a subcommand
+        # (`run=False`, for a `fit` called in code) log into the named run or the experiment folder.
+        if self.subcommand is None:
+            return RunLogger(directory)
         if self.record is None:
             return False
         logged = None

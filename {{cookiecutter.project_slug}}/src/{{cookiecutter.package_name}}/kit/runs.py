@@ -62,10 +62,11 @@ class RunPlan:
         return self.directory or self.experiment_dir
 
 
-def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None) -> RunPlan:
+def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None, decides: bool = True) -> RunPlan:
     """Decides which run a command works on, from ``run.name`` and ``--ckpt_path``; writes nothing.
 
-    Raises ``ValueError`` for a checkpoint that does not exist and for a named run that ``fit`` would overwrite.
+    Raises ``ValueError`` for a checkpoint that does not exist and, where this process ``decides`` (global rank
+    0; the others start when it may already have created the run), for a named run that ``fit`` would overwrite.
     """
     experiment_dir = root / run.experiment
     named = experiment_dir / run.name if run.name else None
@@ -93,7 +94,8 @@ def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None
             plan.directory = owner or named
             return plan
     if fitting:  # a new run: from scratch, or starting from a checkpoint that is no run's own
-        if named is not None and named.exists() and ckpt_path not in LIGHTNING_ALIASES and any(named.iterdir()):
+        exists = named is not None and named.exists() and any(named.iterdir())
+        if decides and exists and ckpt_path not in LIGHTNING_ALIASES:
             raise ValueError(
                 f"run {named} exists: resume it with --ckpt_path last, or start a new run with another"
                 " --run.name (or --run.name null: a new folder named after the start time)"
