@@ -68,13 +68,19 @@ class SignalInValidation(Callback):
     def _end(self) -> None:
         self._ended += self._sent
 
-    def on_validation_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._start(trainer, batch_idx)
 
-    def on_test_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._start(trainer, batch_idx)
 
-    def on_predict_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._start(trainer, batch_idx)
 
     def on_validation_batch_end(self, *args: object) -> None:

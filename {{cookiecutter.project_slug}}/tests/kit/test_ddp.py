@@ -58,7 +58,7 @@ def test_two_processes_write_one_checkpoint_and_one_log(ddp_run: Path) -> None:
     assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == STEPS
     assert [record["world_size"] for record in ranks(ddp_run)] == [2, 2]
     (session,) = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
-    assert session["status"] == "finished" and session["devices"]["world_size"] == 2
+    assert (session["status"], session["devices"]["world_size"]) == ("finished", 2)
 
 
 def test_weights_match_one_process_with_the_same_global_batch(ddp_run: Path, run_cli: Callable[..., object]) -> None:

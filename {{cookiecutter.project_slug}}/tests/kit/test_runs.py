@@ -115,7 +115,9 @@ def test_runs_lists_each_run_with_its_status_and_the_command_to_continue(
 ) -> None:
     run_cli("fit", *run_dir_flags(EXPERIMENT / "finished"), "--trainer.limit_val_batches=1")
     with pytest.raises(SystemExit) as stopped:
-        run_cli("fit", *run_dir_flags(EXPERIMENT / "stopped"), fault("SignalAtStep", step=2, signum=int(signal.SIGTERM)))
+        run_cli(
+            "fit", *run_dir_flags(EXPERIMENT / "stopped"), fault("SignalAtStep", step=2, signum=int(signal.SIGTERM))
+        )
     assert stopped.value.code == 143
     # Without a progress bar, one line per epoch.
     lines = [line for line in lightning_log if line.startswith("epoch ")]
@@ -126,7 +128,8 @@ def test_runs_lists_each_run_with_its_status_and_the_command_to_continue(
     header, *rows = capsys.readouterr().out.strip().splitlines()
     assert header.split() == ["EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND"]
     table = {row.split()[1]: row.split() for row in rows}  # STARTED is two words: date and time
-    assert table["finished"][4:7] == ["finished", "2", "32"] and table["finished"][7].startswith("val/loss=")
+    assert table["finished"][4:7] == ["finished", "2", "32"]
+    assert table["finished"][7].startswith("val/loss=")
     assert " ".join(table["finished"][8:]).endswith("validate -c runs/fixture/finished/config.yaml --ckpt_path best")
     assert table["stopped"][4:8] == ["preempted", "0", "2", "-"]  # stopped right after step 2
     resume = " ".join(table["stopped"][8:])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -117,7 +116,12 @@ def test_sigterm_outside_fit_exits_143_within_a_batch_and_writes_no_checkpoint(
     report = tmp_path / "report.json"
     with pytest.raises(SystemExit) as stopped:
         cli.build_cli(
-            [subcommand, *run_dir_flags(straight), "--ckpt_path=last", fault("SignalInValidation", batch=1, report=str(report))]
+            [
+                subcommand,
+                *run_dir_flags(straight),
+                "--ckpt_path=last",
+                fault("SignalInValidation", batch=1, report=str(report)),
+            ]
         )
     assert stopped.value.code == 143
     assert json.loads(report.read_text()) == {"batches_after_signal": 1}

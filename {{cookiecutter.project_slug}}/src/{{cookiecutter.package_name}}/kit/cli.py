@@ -57,7 +57,8 @@ class ProjectCLI(LightningCLI):
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        self.command = [__package__.split(".")[0], *(sys.argv[1:] if args is None else map(str, args))]
+        given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
+        self.command = [__package__.split(".")[0], *map(str, given)]  # recorded in the run's provenance
         super().parse_arguments(parser, args)
         # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
         # unsafe file before it does, with a message instead of a traceback.
@@ -98,12 +99,14 @@ class ProjectCLI(LightningCLI):
         fitting = subcommand == "fit" and not trainer_config.get("fast_dev_run")
         ckpt_path = self.config_init[subcommand].get("ckpt_path") if subcommand else None
         run = self._get(self.config_init, "run")
-        self.plan = self.record = None
+        self.plan, self.record, self.origin = None, None, None
         writer = is_global_zero_process()
         try:
             plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
             if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
                 check_checkpoint(plan.ckpt_path, self.model)
+                loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
+                self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
         except ValueError as error:
             self.parser.error(str(error))
         if subcommand and ckpt_path is not None:
@@ -115,8 +118,8 @@ class ProjectCLI(LightningCLI):
             )
         self.plan = plan
         if not fitting:
-            if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
-                rank_zero_info(describe(read_checkpoint(plan.ckpt_path), plan.ckpt_path))
+            if self.origin is not None:
+                rank_zero_info(describe(self.origin, str(plan.ckpt_path)))
             return plan.directory or plan.experiment_dir, []
         directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
         if plan.resumed:
@@ -141,9 +144,8 @@ class ProjectCLI(LightningCLI):
         if self.record is None:
             return False
         logged = None
-        if self.plan is not None and self.plan.resumed and self.plan.ckpt_path:
-            provenance = read_checkpoint(self.plan.ckpt_path).get("provenance") or {}
-            logged = (provenance.get("progress") or {}).get("logged_step")
+        if self.plan is not None and self.plan.resumed and self.origin is not None:
+            logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
         # A resumed run continues its curves: TensorBoard drops what the stopped session logged after the checkpoint.
         return RunLogger(directory, purge_step=None if logged is None else logged + 1)
 

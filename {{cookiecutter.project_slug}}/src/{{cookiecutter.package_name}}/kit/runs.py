@@ -154,8 +154,10 @@ def _started(run: Path) -> tuple[str, str]:
 
 
 def list_runs(root: str = "runs", experiment: str | None = None) -> None:
-    """Lists the runs: experiment, folder, start, status, epochs and steps trained, best monitored value, and the
-    command that resumes an unfinished run (or validates a finished one).
+    """Lists the runs, each with the command that resumes it (or validates it, when it finished).
+
+    One row per run: experiment, folder, start, status (see ``provenance.STATUSES``), epochs and steps
+    trained, best value of the monitored metric, command.
 
     Args:
         root: The folder that holds the experiments (``trainer.default_root_dir``).
