@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import torch
 import yaml
 from faults import fault
 from support import run_dir_flags, submodule
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 runs = submodule("kit.runs")
 SHORT = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]
@@ -81,6 +83,26 @@ def test_ckpt_path_last_and_best_find_the_newest_run_that_has_the_file(
     assert validated.trainer.default_root_dir == str(older)
     assert any(line.startswith(f"Checkpoint {older / 'checkpoints' / 'best.ckpt'}: epoch") for line in lightning_log)
     assert len(folders()) == 2
+
+
+@pytest.mark.slow  # a process to kill
+def test_a_killed_run_resumes_into_one_continuous_curve(
+    cli: ModuleType, run_process: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    killed = run_process("fit", fault("SignalAtStep", step=20))  # SIGKILL in epoch 1; last.ckpt: end of epoch 0
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    (run,) = folders()
+    cli.build_cli(["fit", "--ckpt_path=last"])
+    assert folders() == [run]
+    accumulator = EventAccumulator(str(run), size_guidance={"scalars": 0})  # all events files, as TensorBoard reads
+    accumulator.Reload()
+    steps = {tag: [event.step for event in accumulator.Scalars(tag)] for tag in ("train/loss_step", "val/loss")}
+    assert steps == {"train/loss_step": list(range(32)), "val/loss": [15, 31]}  # steps 16-20 once, not twice
+    sessions = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
+    assert [(session["ended"] is None, session["status"]) for session in sessions] == [
+        (True, None),
+        (False, "finished"),
+    ]
 
 
 def test_an_existing_named_run_is_resumed_never_overwritten(
