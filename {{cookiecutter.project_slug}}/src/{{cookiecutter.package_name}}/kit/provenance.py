@@ -145,12 +145,14 @@ class RunRecord:
 
     def start_session(self, trainer: pl.Trainer, command: list[str], seed: int | None, ckpt_path: str | None) -> None:
         """Appends this process's session (status open until ``end_session``) and writes the record."""
+        if not self.writer:
+            return
         number = len(self.data["sessions"]) + 1
         git = git_state(Path(__file__).resolve().parents[1])  # the repository of the code that runs
         if git is not None:
             diff = git.pop("diff")
             git["diff"] = f"git-{number}.diff" if diff else None
-            if diff and self.writer:
+            if diff:
                 (self.directory / git["diff"]).write_text(diff)
             self._diff = diff
         self.data["sessions"].append(
@@ -172,7 +174,7 @@ class RunRecord:
 
     def end_session(self, error: BaseException | None) -> None:
         """Records how this process's session ended."""
-        if not self.data["sessions"]:
+        if not self.writer or not self.data["sessions"]:
             return
         status, message = status_of(error)
         session = self.data["sessions"][-1]
