@@ -18,7 +18,8 @@ from support import run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 runs = submodule("kit.runs")
-SHORT = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]
+LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch
+SHORT = ["--trainer.max_epochs=1", *LIMITS]
 EXPERIMENT = Path("runs/fixture")
 
 
@@ -121,40 +122,43 @@ def test_an_existing_named_run_is_resumed_never_overwritten(
 def test_only_the_fit_that_creates_a_run_writes_its_config(cli: ModuleType, run_cli: Callable[..., object]) -> None:
     run = EXPERIMENT / "crashed"
     with pytest.raises(RuntimeError, match="injected crash"):
-        run_cli("fit", *run_dir_flags(run), "--trainer.max_epochs=2", fault("RaiseAtStep", step=20, marker="crashed"))
+        run_cli("fit", *run_dir_flags(run), *LIMITS, fault("RaiseAtStep", step=6, marker="crashed"))
     config = (run / "config.yaml").read_bytes()
     run_cli("validate", *run_dir_flags(run), "--ckpt_path=last", "--verbose=false")
     run_cli("predict", *run_dir_flags(run), "--ckpt_path=last")
     assert (run / "config.yaml").read_bytes() == config
     # The README's resume command: the saved config parses for `fit` and names this run.
     resumed = cli.build_cli(["fit", f"--config={run / 'config.yaml'}", "--ckpt_path=last"])
-    assert resumed.trainer.global_step == 32
+    assert resumed.trainer.global_step == 8
     assert (run / "config.yaml").read_bytes() == config
 
 
 def test_runs_lists_each_run_with_its_status_and_the_command_to_continue(
     cli: ModuleType, run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], lightning_log: list[str]
 ) -> None:
-    run_cli("fit", *run_dir_flags(EXPERIMENT / "finished"), "--trainer.limit_val_batches=1")
+    run_cli("fit", *run_dir_flags(EXPERIMENT / "finished"), *LIMITS)
     with pytest.raises(SystemExit) as stopped:
         run_cli(
-            "fit", *run_dir_flags(EXPERIMENT / "stopped"), fault("SignalAtStep", step=2, signum=int(signal.SIGTERM))
+            "fit",
+            *run_dir_flags(EXPERIMENT / "stopped"),
+            *LIMITS,
+            fault("SignalAtStep", step=2, signum=int(signal.SIGTERM)),
         )
     assert stopped.value.code == 143
     # Without a progress bar, one line per epoch.
     lines = [line for line in lightning_log if line.startswith("epoch ")]
-    assert [line.split("  ")[:2] for line in lines] == [["epoch 1/2", "step 16"], ["epoch 2/2", "step 32"]]
+    assert [line.split("  ")[:2] for line in lines] == [["epoch 1/2", "step 4"], ["epoch 2/2", "step 8"]]
     assert all("train/loss " in line and "val/loss " in line and line.endswith(" s") for line in lines)
     capsys.readouterr()
     cli.main(["runs"])
     header, *rows = capsys.readouterr().out.strip().splitlines()
     assert header.split() == ["EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND"]
     table = {row.split()[1]: row.split() for row in rows}  # STARTED is two words: date and time
-    assert table["finished"][4:7] == ["finished", "2", "32"]
+    assert table["finished"][4:7] == ["finished", "2", "8"]
     assert table["finished"][7].startswith("val/loss=")
     assert " ".join(table["finished"][8:]).endswith("validate -c runs/fixture/finished/config.yaml --ckpt_path best")
     assert table["stopped"][4:8] == ["preempted", "0", "2", "-"]  # stopped right after step 2
     resume = " ".join(table["stopped"][8:])
     assert resume.endswith("fit -c runs/fixture/stopped/config.yaml --ckpt_path last")
     resumed = cli.build_cli(shlex.split(resume)[1:])
-    assert resumed.trainer.global_step == 32
+    assert resumed.trainer.global_step == 8
