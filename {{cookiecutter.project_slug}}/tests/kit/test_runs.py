@@ -43,6 +43,12 @@ def test_two_fits_leave_two_intact_runs(run_cli: Callable[..., object]) -> None:
         assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
 
 
+def test_a_trainer_that_cannot_be_built_leaves_no_run(run_cli: Callable[..., object]) -> None:
+    with pytest.raises(BaseException, match="no_such_strategy"):  # an error line or a traceback: the CLI decides
+        run_cli("fit", "--trainer.strategy=no_such_strategy")
+    assert not Path("runs").exists()
+
+
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
     start, made = threading.Barrier(8), []
 

@@ -9,7 +9,9 @@ no config can drop them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,15 @@ class ProjectCLI(LightningCLI):
             kwargs["logger"] = self._logger(directory)
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
         kwargs["callbacks"] = [*_as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
-        trainer = super().instantiate_trainer(**kwargs)
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except BaseException:
+            if self.plan is not None and self.plan.create and self.record is not None and self.record.writer:
+                # A Trainer that cannot be built (bad trainer settings) leaves no run behind, nor empty folders.
+                shutil.rmtree(directory)
+                with contextlib.suppress(OSError):
+                    os.removedirs(directory.parent)
+            raise
         if self.record is not None:
             self._start_session(trainer, self.record)
         return trainer
