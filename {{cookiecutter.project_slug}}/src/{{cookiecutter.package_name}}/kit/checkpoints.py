@@ -1,9 +1,9 @@
 """Where a run's checkpoints live, the best and the newest one, and checks before one is loaded.
 
 ``checkpoints/best.ckpt`` comes from ``BestCheckpoint`` (Lightning's ``ModelCheckpoint`` on the monitored
-metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. ``--ckpt_path best|last|<file>`` is resolved
-and checked here before anything runs, so a bad checkpoint stops the command with a clear message
-and leaves every file as it was.
+metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. The file ``--ckpt_path best|last|<file>``
+names (which run's: see ``runs.py``) is checked here before anything runs, so a bad checkpoint stops the
+command with a clear message and leaves every file as it was.
 """
 
 from __future__ import annotations
