@@ -20,10 +20,13 @@ class SignalAtStep(Callback):
 
     ``hook="end"`` sends it when that batch ends, ``"start"`` before the batch runs. With gradient accumulation
     several batches share a step: with ``hook="end"``, batch 1 is the one whose optimizer step just happened.
+    ``repeat`` sends it that many times in a row (a second Ctrl-C).
     """
 
-    def __init__(self, step: int, signum: int = int(signal.SIGKILL), batch: int = 1, hook: str = "end") -> None:
-        self.step, self.signum, self.batch, self.hook = step, signum, batch, hook
+    def __init__(
+        self, step: int, signum: int = int(signal.SIGKILL), batch: int = 1, hook: str = "end", repeat: int = 1
+    ) -> None:
+        self.step, self.signum, self.batch, self.hook, self.repeat = step, signum, batch, hook, repeat
         self._seen = 0
 
     def on_train_batch_start(
@@ -42,7 +45,57 @@ class SignalAtStep(Callback):
         if trainer.global_step == self.step:
             self._seen += 1
             if self._seen == self.batch:
-                os.kill(os.getpid(), self.signum)
+                for _ in range(self.repeat):
+                    os.kill(os.getpid(), self.signum)
+
+
+class SignalInValidation(Callback):
+    """Sends ``signum`` to this process when batch ``batch`` of the validation in epoch ``epoch`` starts (never in
+    the sanity check); with ``report``, writes how many evaluation batches ended from then on when the run stops.
+
+    It serves ``validate``, ``test`` and ``predict`` too (``epoch`` 0): their batches are counted the same way.
+    """
+
+    def __init__(self, epoch: int = 0, batch: int = 0, signum: int = int(signal.SIGTERM), report: str = "") -> None:
+        self.epoch, self.batch, self.signum, self.report = epoch, batch, signum, report
+        self._sent, self._ended = False, 0
+
+    def _start(self, trainer: pl.Trainer, batch_idx: int) -> None:
+        if not trainer.sanity_checking and trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            self._sent = True
+            os.kill(os.getpid(), self.signum)
+
+    def _end(self) -> None:
+        self._ended += self._sent
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._start(trainer, batch_idx)
+
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._start(trainer, batch_idx)
+
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._start(trainer, batch_idx)
+
+    def on_validation_batch_end(self, *args: object) -> None:
+        self._end()
+
+    def on_test_batch_end(self, *args: object) -> None:
+        self._end()
+
+    def on_predict_batch_end(self, *args: object) -> None:
+        self._end()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self.report:
+            with open(self.report, "w") as file:
+                json.dump({"batches_after_signal": self._ended}, file)
 
 
 class NaNInputAtStep(Callback):

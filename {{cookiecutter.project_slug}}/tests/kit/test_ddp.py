@@ -14,7 +14,8 @@ import fixture_task
 import probes
 import pytest
 import torch
-from support import PACKAGE, launch, run_dir_flags
+import yaml
+from support import PACKAGE, launch
 
 pytestmark = pytest.mark.slow  # two processes
 STEPS = 16  # 2 epochs x 8 batches per process (256 sequences / 2 processes / 16 per batch)
@@ -27,18 +28,23 @@ COMMON = [
     "--model.init_args.dropout=0.0",
     "--data.init_args.augment=false",
 ]
-RUN = Path("runs/fixture/ddp")
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The working directory of a 2-process fit of the fixture task."""
+    """The working directory of a 2-process fit of the fixture task, in a new (unnamed) run."""
     cwd = tmp_path_factory.mktemp("ddp")
-    flags = ["--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.strategy=ddp", *run_dir_flags(RUN)]
+    flags = ["--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
     recorder = ["--trainer.callbacks+=probes.RankRecorder", "--trainer.callbacks.directory=ranks"]
     result = launch(PACKAGE, "fit", *flags, *COMMON, *recorder, cwd=cwd)
     assert result.returncode == 0, result.stdout[-5000:]
     return cwd
+
+
+def run_of(cwd: Path) -> Path:
+    """The one run directory: rank 0 created it, the other process wrote into the same one."""
+    (run,) = (cwd / "runs" / "fixture").iterdir()
+    return run
 
 
 def ranks(cwd: Path) -> list[dict]:
@@ -46,17 +52,19 @@ def ranks(cwd: Path) -> list[dict]:
 
 
 def test_two_processes_write_one_checkpoint_and_one_log(ddp_run: Path) -> None:
-    run = ddp_run / RUN
+    run = run_of(ddp_run)
     assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert len(list(run.glob("events.out.tfevents.*"))) == 1
     assert torch.load(run / "checkpoints/last.ckpt", weights_only=True)["global_step"] == STEPS
     assert [record["world_size"] for record in ranks(ddp_run)] == [2, 2]
+    (session,) = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
+    assert (session["status"], session["devices"]["world_size"]) == ("finished", 2)
 
 
 def test_weights_match_one_process_with_the_same_global_batch(ddp_run: Path, run_cli: Callable[..., object]) -> None:
     single = run_cli("fit", *COMMON, "--data.init_args.batch_size=32", "--trainer.callbacks+=probes.InitialWeights")
     assert single.trainer.global_step == STEPS
-    distributed = torch.load(ddp_run / RUN / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    distributed = torch.load(run_of(ddp_run) / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
     initial = probes.find(single.trainer, probes.InitialWeights).parameters
     moved = max(float((value - initial[name]).abs().max()) for name, value in single.model.named_parameters())
     assert moved > 1e-2
@@ -94,6 +102,6 @@ def test_logged_lr_follows_the_schedule_sized_from_one_shard(ddp_run: Path) -> N
         expected.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
-    logged = probes.read_scalars(ddp_run / RUN)["lr-SGD"]
+    logged = probes.read_scalars(run_of(ddp_run))["lr-SGD"]
     assert [step for step, _ in logged] == list(range(STEPS))
     assert [value for _, value in logged] == pytest.approx(expected, rel=1e-6)

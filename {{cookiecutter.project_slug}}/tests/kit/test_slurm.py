@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from faults import fault
 from support import ROOT, TESTS
 
-RUN = Path("runs/slurm-4242/fixture")  # the script's default_root_dir, then the fixture's experiment
+RUN = Path("runs/fixture/slurm-4242")  # the fixture's experiment, then the run the script names after the job
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches
 JOB = {  # what srun sets for the single task of job 4242
     "SLURM_JOB_ID": "4242",
@@ -62,7 +63,7 @@ def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_en
     first = run(job_env, [*sbatch, fault("SignalAtStep", step=2, signum=int(signal.SIGUSR1))])  # SIGUSR1 after step 2
     assert first.returncode == 143, first.stdout[-2000:] + first.stderr[-3000:]
     assert Path("scontrol.log").read_text() == "requeue 4242\n"
-    hpc = torch.load("runs/slurm-4242/hpc_ckpt_1.ckpt", weights_only=True)  # Lightning's, in default_root_dir
+    hpc = torch.load(RUN / "hpc_ckpt_1.ckpt", weights_only=True)  # Lightning's, in the run directory
     stopped = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
     assert 2 <= stopped["global_step"] == hpc["global_step"] < STEPS  # stopped early, at a step boundary
 
@@ -72,3 +73,5 @@ def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_en
     assert restored in requeued.stdout + requeued.stderr
     resumed = torch.load(RUN / "checkpoints/last.ckpt", weights_only=True)
     assert resumed["global_step"] == STEPS  # finished; the resume tests prove `--ckpt_path last` exact
+    sessions = yaml.safe_load((RUN / "provenance.yaml").read_text())["sessions"]
+    assert [session["status"] for session in sessions] == ["preempted", "finished"]

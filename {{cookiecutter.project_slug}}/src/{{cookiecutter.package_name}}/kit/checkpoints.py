@@ -1,9 +1,9 @@
 """Where a run's checkpoints live, the best and the newest one, and checks before one is loaded.
 
 ``checkpoints/best.ckpt`` comes from ``BestCheckpoint`` (Lightning's ``ModelCheckpoint`` on the monitored
-metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. ``--ckpt_path best|last|<file>`` is resolved
-and checked here before anything runs, so a bad checkpoint stops the command with a clear message
-and leaves every file as it was.
+metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. The file ``--ckpt_path best|last|<file>``
+names (which run's: see ``runs.py``) is checked here before anything runs, so a bad checkpoint stops the
+command with a clear message and leaves every file as it was.
 """
 
 from __future__ import annotations
@@ -86,22 +86,16 @@ class LastCheckpoint(StepBoundary, Checkpoint):
         trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
 
 
-def resolve_ckpt_path(ckpt_path: str, trainer: pl.Trainer, fitting: bool) -> str | None:
-    """The file that ``--ckpt_path`` names: ``best``/``last`` of this run's ``checkpoints/``, or the path itself.
+def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
+    """The file ``--ckpt_path`` names: ``best``/``last`` of ``run_dir``'s ``checkpoints/``, or the path itself.
 
-    Returns ``None`` for ``last`` when fitting and there is nothing yet: the run starts from scratch, so one
-    command both starts and resumes a job. Raises ``ValueError`` with the reason in every other missing case.
+    Raises ``ValueError`` if there is no such file. (The command line resolves ``best``/``last`` across runs:
+    see ``runs.plan_run``.)
     """
-    if ckpt_path not in (BEST, LAST):
-        if not Path(ckpt_path).is_file():
-            raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
-        return ckpt_path
-    path = checkpoint_dir(trainer) / f"{ckpt_path}.ckpt"
-    if path.is_file():
-        return str(path)
-    if ckpt_path == LAST and fitting:
-        return None
-    raise ValueError(f"--ckpt_path {ckpt_path}: no {path} (has `fit` run with this config?)")
+    path = Path(run_dir) / "checkpoints" / f"{ckpt_path}.ckpt" if ckpt_path in (BEST, LAST) else Path(ckpt_path)
+    if not path.is_file():
+        raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file {path}")
+    return str(path)
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:

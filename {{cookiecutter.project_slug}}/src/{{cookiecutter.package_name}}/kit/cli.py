@@ -9,41 +9,36 @@ no config can drop them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from jsonargparse import auto_cli
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from .checkpoint_io import AtomicCheckpointIO
-from .checkpoints import (
-    BestCheckpoint,
-    LastCheckpoint,
-    check_checkpoint,
-    checkpoint_dir,
-    read_checkpoint,
-    resolve_ckpt_path,
-)
+from .checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
 from .data_checks import InvalidDataError
-from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from .memory import MemoryBudget
+from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from .nonfinite import NonFiniteLossError, StopOnNonFiniteLoss
-from .preemption import Preemption
+from .preemption import INTERRUPTED_EXIT_CODE, Preemption, ctrl_c_exits_130
+from .progress import EpochLine
 from .protocol import LINKED_ATTRIBUTES
+from .provenance import Provenance, RunRecord, describe
 from .resume import ExactResume
-from .runs import RunDirectory
+from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
 """Environment variable naming the config every command starts from (empty: none); unset: ``configs/default.yaml``."""
-
-# Special values of `--ckpt_path` that Lightning resolves itself.
-_LIGHTNING_CKPT_ALIASES = {"hpc", "registry"}
 
 
 class ProjectCLI(LightningCLI):
@@ -64,6 +59,8 @@ class ProjectCLI(LightningCLI):
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
+        self.command = [__package__.split(".")[0], *map(str, given)]  # recorded in the run's provenance
         super().parse_arguments(parser, args)
         # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
         # unsafe file before it does, with a message instead of a traceback.
@@ -81,46 +78,104 @@ class ProjectCLI(LightningCLI):
         if config.get("enable_progress_bar") is None:
             kwargs.setdefault("enable_progress_bar", interactive())
         kwargs["plugins"] = with_atomic_checkpoint_io(config.get("plugins"))
-        if config.get("logger") in (None, True):  # not configured: TensorBoard events in the run directory
-            kwargs["logger"] = self._get(self.config_init, "run").logger(config.get("default_root_dir") or ".")
-        kwargs["callbacks"] = [*_as_list(config.get("callbacks")), *kit_callbacks(config)]
-        return super().instantiate_trainer(**kwargs)
-
-    def before_validate(self) -> None:
-        self._resolve_ckpt_path()
-
-    def before_test(self) -> None:
-        self._resolve_ckpt_path()
-
-    def before_predict(self) -> None:
-        self._resolve_ckpt_path()
-
-    def before_export(self) -> None:
-        self._resolve_ckpt_path()
-
-    def before_fit(self) -> None:
-        self._resolve_ckpt_path()
-
-    def _resolve_ckpt_path(self) -> None:
-        """Turns ``--ckpt_path best|last`` into this run's file, and checks the checkpoint before anything runs.
-
-        Lightning finds ``best`` only in the process that trained, and warns when several checkpoint
-        callbacks exist; a file path avoids both. A bad checkpoint exits 2 here, with every file untouched.
-        """
-        config = self.config_init[self.subcommand]
-        ckpt_path = config.get("ckpt_path")
-        if ckpt_path is None or ckpt_path in _LIGHTNING_CKPT_ALIASES:
-            return
+        directory, callbacks = self._prepare_run(config)
+        kwargs["default_root_dir"] = str(directory)  # everything the Trainer writes by itself goes there too
+        if config.get("logger") in (None, True):  # not configured: TensorBoard events, for training only
+            kwargs["logger"] = self._logger(directory)
+        kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
+        kwargs["callbacks"] = [*_as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
-            path = resolve_ckpt_path(ckpt_path, self.trainer, fitting=self.subcommand == "fit")
-            if path is not None:
-                check_checkpoint(path, self.model)
+            trainer = super().instantiate_trainer(**kwargs)
+        except BaseException:
+            if self.plan is not None and self.plan.create and self.record is not None and self.record.writer:
+                # A Trainer that cannot be built (bad trainer settings) leaves no run behind, nor empty folders.
+                shutil.rmtree(directory)
+                with contextlib.suppress(OSError):
+                    os.removedirs(directory.parent)
+            raise
+        if self.record is not None:
+            self._start_session(trainer, self.record)
+        return trainer
+
+    def _prepare_run(self, trainer_config: dict[str, Any]) -> tuple[Path, list[pl.Callback]]:
+        """Decides the run directory and the checkpoint to load (see ``runs.py``), and creates the run for ``fit``.
+
+        Every check comes first: a bad checkpoint or a run that would be overwritten exits 2 with every file
+        untouched. Only the process of global rank 0 creates a run (the one Lightning's DDP launcher starts the
+        others from): other processes get its directory through ``trainer.log_dir``, which Lightning broadcasts.
+        """
+        subcommand = self.subcommand
+        # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
+        fitting = subcommand == "fit" and not trainer_config.get("fast_dev_run")
+        ckpt_path = self.config_init[subcommand].get("ckpt_path") if subcommand else None
+        run = self._get(self.config_init, "run")
+        self.plan, self.record, self.origin = None, None, None
+        writer = is_global_zero_process()
+        try:
+            plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
+            if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
+                check_checkpoint(plan.ckpt_path, self.model)
+                loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
+                self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
         except ValueError as error:
             self.parser.error(str(error))
-        if path is None:
-            folder = checkpoint_dir(self.trainer)
-            rank_zero_info(f"--ckpt_path last: nothing to resume in {folder} yet; training starts from scratch")
-        config["ckpt_path"] = path
+        if subcommand and ckpt_path is not None:
+            self.config_init[subcommand]["ckpt_path"] = plan.ckpt_path
+        if ckpt_path == "last" and fitting and plan.ckpt_path is None:
+            rank_zero_info(
+                f"--ckpt_path last: nothing to resume in {plan.directory or plan.experiment_dir} yet;"
+                " training starts from scratch"
+            )
+        self.plan = plan
+        if not fitting:
+            if self.origin is not None:
+                rank_zero_info(describe(self.origin, str(plan.ckpt_path)))
+            return plan.directory or plan.experiment_dir, []
+        directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
+        if plan.resumed:
+            rank_zero_info(f"Resuming run {directory} from {plan.ckpt_path}")
+        self.record = RunRecord(directory, writer)
+        if writer and not (directory / "config.yaml").exists():
+            # Written once, by the fit that creates the run, naming the run: `fit -c <run>/config.yaml
+            # --ckpt_path last` resumes exactly this one. Other commands and resumes leave it as it is.
+            self.config[subcommand]["run"]["name"] = directory.name
+            self._parser(subcommand).save(
+                self.config[subcommand], directory / "config.yaml", skip_none=False, overwrite=False
+            )
+        saved = (directory / "config.yaml").read_text() if (directory / "config.yaml").is_file() else ""
+        return directory, [Provenance(self.record, saved)]
+
+    def _logger(self, directory: Path) -> RunLogger | bool:
+        # Only `fit` logs: evaluating a checkpoint writes no events into its run (their steps would restart
+        # at 0 on the run's curves); the metrics are printed as a table. Objects built without a subcommand
+        # (`run=False`, for a `fit` called in code) log into the named run or the experiment folder.
+        if self.subcommand is None:
+            return RunLogger(directory)
+        if self.record is None:
+            return False
+        logged = None
+        if self.plan is not None and self.plan.resumed and self.origin is not None:
+            logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
+        # A resumed run continues its curves: TensorBoard drops what the stopped session logged after the checkpoint.
+        return RunLogger(directory, purge_step=None if logged is None else logged + 1)
+
+    def _start_session(self, trainer: pl.Trainer, record: RunRecord) -> None:
+        config = self.config[self.subcommand]
+        seed = config.get("seed_everything")
+        seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+        record.start_session(trainer, self.command, seed, self.config_init[self.subcommand].get("ckpt_path"))
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # LightningCLI's runner, with Ctrl-C exiting 130 and the end of the run's session recorded, however it ends.
+        with ctrl_c_exits_130():
+            try:
+                super()._run_subcommand(subcommand)
+            except BaseException as error:
+                if self.record is not None:
+                    self.record.end_session(error)
+                raise
+        if self.record is not None:
+            self.record.end_session(None)
 
 
 def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
@@ -129,7 +184,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
     callbacks: list[pl.Callback] = [ExactResume(), Preemption(), StopOnNonFiniteLoss()]
-    callbacks += [GradNormMonitor(), EpochMonitor(), ThroughputMonitor(), MemoryBudget()]
+    callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if trainer_config.get("enable_model_summary") is not False:
@@ -149,6 +204,13 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def is_global_zero_process() -> bool:
+    """Whether this process will be global rank 0, known before any process group exists (from the launcher's
+    environment: torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Lightning's ``LOCAL_RANK`` and ``NODE_RANK``)."""
+    node = os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
+    return rank_zero_only.rank == 0 and node == "0"
 
 
 def interactive() -> bool:
@@ -185,7 +247,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
         auto_configure_optimizers=False,
-        save_config_kwargs={"overwrite": True},
+        save_config_callback=None,  # the run's config is written once, by the fit that creates the run
         parser_kwargs={**main_parser, **{name: dict(settings) for name in ProjectCLI.subcommands()}},
         args=args,
         run=run,
@@ -196,9 +258,18 @@ def main(args: ArgsType = None) -> None:
     """Entry point of the console script and of ``python -m``.
 
     Exit codes: 0 done; 1 training stopped on bad data or a non-finite loss (one ``error:`` line says where);
-    2 bad command line, config or checkpoint; 143 preempted (``last.ckpt`` saved, rerun with ``--ckpt_path last``).
+    2 bad command line, config or checkpoint; 130 interrupted (Ctrl-C; ``fit`` saved ``last.ckpt``); 143
+    preempted (SIGTERM; ``fit`` saved ``last.ckpt``: rerun with ``--ckpt_path last``).
+
+    ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config.
     """
+    argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
     try:
+        if argv[:1] == ["runs"]:
+            auto_cli(list_runs, args=argv[1:], prog=f"{__package__.split('.')[0]} runs")
+            return
         build_cli(args)
     except (InvalidDataError, NonFiniteLossError) as error:
         sys.exit(f"error: {error}")
+    except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
+        sys.exit(INTERRUPTED_EXIT_CODE)

@@ -1,31 +1,228 @@
-"""Run directories: ``<trainer.default_root_dir>/<experiment>/<name>/`` holds a run's events, config and checkpoints."""
+"""Run directories: every ``fit`` gets a folder of its own, ``<trainer.default_root_dir>/<experiment>/<run>/``.
+
+A run's folder holds all it writes: ``config.yaml`` (written once, by the ``fit`` that created the run),
+``provenance.yaml`` (see ``provenance.py``), TensorBoard events, ``checkpoints/``, and what ``predict`` and
+``export`` produce from its checkpoints. An unnamed run is named after its start time (``2025-01-31_14-03-22``;
+a second one started in the same second gets ``2025-01-31_14-03-22-2``); ``run.name`` names the folder instead.
+Without a name, ``--ckpt_path best|last`` means that file of the newest run of the experiment that has one;
+a path to any run's checkpoint works too, and ``fit`` from a run's checkpoint continues that run in its folder.
+"""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import count
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from .provenance import read_record, session_status
+
+FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
+CHECKPOINTS = "checkpoints"
+ALIASES = ("best", "last")  # `--ckpt_path` values that name a file of a run's `checkpoints/`
+LIGHTNING_ALIASES = ("hpc", "registry")  # values that Lightning resolves itself
+
 
 class RunDirectory:
-    """Where a run writes: ``<trainer.default_root_dir>/<experiment>/<name>``."""
+    """Where a run writes: ``<trainer.default_root_dir>/<experiment>/<name>``, a new folder for each ``fit``."""
 
     def __init__(self, experiment: str = "default", name: str | None = None) -> None:
         """Names the run.
 
         Args:
             experiment: The group of runs this one belongs to (a folder under ``trainer.default_root_dir``).
-            name: The run's own folder; ``null``: the experiment folder itself.
+            name: The run's own folder; ``null``: a new folder named after the start time, for every ``fit``.
+                A named run that exists is only resumed (``--ckpt_path last``), never overwritten.
         """
+        for key, value in (("experiment", experiment), ("name", name)):
+            if value is not None and (not value or value in {".", ".."} or "/" in value or os.sep in value):
+                raise ValueError(f"run.{key} must be a folder name, got {value!r}")
         self.experiment = experiment
         self.name = name
 
-    def path(self, root: str | Path) -> Path:
-        """The run directory under ``root``."""
-        return Path(root) / self.experiment / (self.name or "")
 
-    def logger(self, root: str | Path) -> TensorBoardLogger:
-        """The default logger: TensorBoard events in the run directory."""
-        return TensorBoardLogger(
-            save_dir=str(root), name=self.experiment, version=self.name or "", default_hp_metric=False
+@dataclass
+class RunPlan:
+    """What a command works on: the run folder, the checkpoint to load, and whether ``fit`` creates the folder."""
+
+    experiment_dir: Path
+    directory: Path | None  # None: no run (a new unnamed one, or a command that uses no run)
+    ckpt_path: str | None
+    create: bool = False
+    resumed: bool = False  # `fit` continues this run from one of its own checkpoints
+
+    def make(self, name: str | None) -> Path:
+        """Creates the run's folder if the plan says so; returns the folder the command works in."""
+        if self.create:
+            self.directory = create_run(self.experiment_dir, name)
+        return self.directory or self.experiment_dir
+
+
+def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None, decides: bool = True) -> RunPlan:
+    """Decides which run a command works on, from ``run.name`` and ``--ckpt_path``; writes nothing.
+
+    Raises ``ValueError`` for a checkpoint that does not exist and, where this process ``decides`` (global rank
+    0; the others start when it may already have created the run), for a named run that ``fit`` would overwrite.
+    """
+    experiment_dir = root / run.experiment
+    named = experiment_dir / run.name if run.name else None
+    plan = RunPlan(experiment_dir, named, ckpt_path)
+    if ckpt_path in ALIASES:
+        filename = f"{ckpt_path}.ckpt"
+        owner = named or newest_run(experiment_dir, filename)
+        path = owner / CHECKPOINTS / filename if owner else None
+        if path is not None and path.is_file():
+            return RunPlan(experiment_dir, owner, str(path), resumed=fitting)
+        if not (fitting and ckpt_path == "last"):
+            where = path or experiment_dir / "<run>" / CHECKPOINTS / filename
+            raise ValueError(f"--ckpt_path {ckpt_path}: no {where} (has `fit` run with this config?)")
+        # Nothing to resume yet: the same command starts the run (a named one may exist without a checkpoint).
+        plan.ckpt_path = None
+        plan.create = named is None or not named.exists()
+        return plan
+    if ckpt_path is not None and ckpt_path not in LIGHTNING_ALIASES:
+        if not Path(ckpt_path).is_file():
+            raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
+        owner = run_of(Path(ckpt_path))
+        if owner is not None and (named is None or named.resolve() == owner.resolve()):
+            return RunPlan(experiment_dir, owner, ckpt_path, resumed=fitting)
+        if not fitting:
+            plan.directory = owner or named
+            return plan
+    if fitting:  # a new run: from scratch, or starting from a checkpoint that is no run's own
+        exists = named is not None and named.exists() and any(named.iterdir())
+        if decides and exists and ckpt_path not in LIGHTNING_ALIASES:
+            raise ValueError(
+                f"run {named} exists: resume it with --ckpt_path last, or start a new run with another"
+                " --run.name (or --run.name null: a new folder named after the start time)"
+            )
+        plan.create = named is None or not named.exists()
+    return plan
+
+
+def create_run(experiment_dir: Path, name: str | None) -> Path:
+    """A new, empty run folder: ``name``, or the current time. ``os.mkdir`` is atomic: no two fits share one."""
+    experiment_dir.mkdir(parents=True, exist_ok=True)
+    if name is not None:
+        path = experiment_dir / name
+        path.mkdir(exist_ok=True)  # plan_run refused a named run that holds anything
+        return path
+    stamp = datetime.now().strftime(FOLDER_TIME)
+    for number in count(1):
+        path = experiment_dir / (stamp if number == 1 else f"{stamp}-{number}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
+def is_run(path: Path) -> bool:
+    """Whether ``path`` is a run folder (it holds a config, a provenance record or checkpoints)."""
+    return any((path / name).exists() for name in ("provenance.yaml", "config.yaml", CHECKPOINTS))
+
+
+def runs(experiment_dir: Path) -> list[Path]:
+    """The runs of an experiment, oldest first (by their recorded start, else by the folder's time)."""
+    if not experiment_dir.is_dir():
+        return []
+    found = [path for path in experiment_dir.iterdir() if path.is_dir() and is_run(path)]
+    return sorted(found, key=_started)
+
+
+def newest_run(experiment_dir: Path, filename: str) -> Path | None:
+    """The newest run of the experiment that has ``checkpoints/<filename>``."""
+    return next((run for run in reversed(runs(experiment_dir)) if (run / CHECKPOINTS / filename).is_file()), None)
+
+
+def run_of(checkpoint: Path) -> Path | None:
+    """The run that wrote ``checkpoint`` (a file in ``<run>/checkpoints/``), or ``None``."""
+    folder = checkpoint.parent
+    return folder.parent if folder.name == CHECKPOINTS and is_run(folder.parent) else None
+
+
+def _started(run: Path) -> tuple[str, str]:
+    record = read_record(run) or {}
+    sessions = record.get("sessions") or [{}]
+    started = sessions[0].get("started") or datetime.fromtimestamp(run.stat().st_mtime).astimezone().isoformat()
+    return str(started), run.name
+
+
+def list_runs(root: str = "runs", experiment: str | None = None) -> None:
+    """Lists the runs, each with the command that resumes it (or validates it, when it finished).
+
+    One row per run: experiment, folder, start, status (see ``provenance.STATUSES``), epochs and steps
+    trained, best value of the monitored metric, command.
+
+    Args:
+        root: The folder that holds the experiments (``trainer.default_root_dir``).
+        experiment: Only this experiment's runs; ``null``: every experiment under ``root``.
+    """
+    print(format_runs(Path(root), experiment))
+
+
+def format_runs(root: Path, experiment: str | None = None) -> str:
+    """The table that ``list_runs`` prints, oldest run first within each experiment."""
+    program = __package__.split(".")[0]
+    experiments = [root / experiment] if experiment else sorted(p for p in root.glob("*") if p.is_dir())
+    rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND")]
+    for experiment_dir in experiments:
+        for run in runs(experiment_dir):
+            record = read_record(run) or {}
+            progress, sessions = record.get("progress") or {}, record.get("sessions") or [{}]
+            status = session_status(record) if record else "?"
+            best = progress.get("best") or {}
+            checkpoints = {name for name in ("last", "best") if (run / CHECKPOINTS / f"{name}.ckpt").is_file()}
+            if "last" in checkpoints and status not in ("finished", "running"):
+                command = f"{program} fit -c {run / 'config.yaml'} --ckpt_path last"
+            elif checkpoints:
+                command = f"{program} validate -c {run / 'config.yaml'} --ckpt_path {min(checkpoints)}"
+            else:
+                command = "-"
+            rows.append(
+                (
+                    experiment_dir.name,
+                    run.name,
+                    str(sessions[0].get("started") or "?")[:16].replace("T", " "),
+                    status,
+                    str(progress.get("epochs", "-")),
+                    str(progress.get("step", "-")),
+                    f"{best['monitor']}={best['value']:.4g}" if best else "-",
+                    command,
+                )
+            )
+    if len(rows) == 1:
+        return f"no runs under {root}" + (f"/{experiment}" if experiment else "")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]) for row in rows
+    )
+
+
+class RunLogger(TensorBoardLogger):
+    """TensorBoard events in the run folder; remembers the last step it logged, so a resume can purge what follows.
+
+    A resumed run writes into the same folder with ``purge_step`` (TensorBoard drops the events of the
+    interrupted session from that step on), so each run shows one continuous curve.
+    """
+
+    def __init__(self, directory: Path, purge_step: int | None = None) -> None:
+        kwargs: dict[str, Any] = {} if purge_step is None else {"purge_step": purge_step}
+        super().__init__(
+            save_dir=str(directory.parent.parent),
+            name=directory.parent.name,
+            version=directory.name,
+            default_hp_metric=False,
+            **kwargs,
         )
+        self.logged_step = -1
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        super().log_metrics(metrics, step)
+        if step is not None:
+            self.logged_step = max(self.logged_step, int(step))

@@ -63,16 +63,15 @@ class ProjectTrainer(pl.Trainer):
             model: The model, built from the config; its weights come from ``ckpt_path``.
             datamodule: The data; its first predict batch is traced and used to compare outputs.
             ckpt_path: ``best``, ``last`` or a checkpoint file; ``null`` exports the freshly initialised model.
-            output_dir: Where the files go; ``null`` means ``<run directory>/export``.
+            output_dir: Where the files go; ``null`` means ``export/`` in the run directory of the checkpoint.
             formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
             atol: Largest absolute difference from the eager outputs that an exported file may show.
             max_samples: Samples of the first predict batch used to trace and compare (at least 2).
         """
         if ckpt_path is not None:
-            path = resolve_ckpt_path(ckpt_path, self, fitting=False)
-            assert path is not None, "only `fit` may start without a checkpoint"
+            path = resolve_ckpt_path(ckpt_path, self.default_root_dir)
             model.load_state_dict(read_checkpoint(path)["state_dict"])
-        destination = Path(output_dir) if output_dir is not None else Path(self.log_dir or ".") / "export"
+        destination = Path(output_dir) if output_dir is not None else Path(self.default_root_dir) / "export"
         exported = export_model(model, example_batch(datamodule, max_samples), destination, formats, atol)
         print(format_report(exported))
         return exported

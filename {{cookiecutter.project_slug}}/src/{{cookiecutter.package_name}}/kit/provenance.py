@@ -1,0 +1,252 @@
+"""Provenance: where a run came from and how each of its sessions ended, in ``provenance.yaml`` and in every checkpoint.
+
+A run has one session per process that trained it: the ``fit`` that created it, then each resume. A session
+records its command line, seed, git commit (with a dirty flag; the diff of tracked files is saved next to it as
+``git-<session>.diff``), the versions of Python, torch, CUDA, lightning, torchmetrics and jsonargparse, the host
+and devices, its start and end time and how it ended (``STATUSES``). A session with no end was killed
+(SIGKILL, out of memory, power), unless its process is still running. The run's ``progress`` (epoch, step, best
+monitored metric) is updated with every checkpoint.
+
+Checkpoints carry the same record plus the resolved config, as strings, lists and numbers, so they still load
+with ``torch.load(..., weights_only=True)`` and a checkpoint found on its own still says where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import yaml
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from .nonfinite import NonFiniteLossError
+
+FILE = "provenance.yaml"
+STATUSES = {
+    "finished": "ran to the end (max_epochs, max_steps or early stopping)",
+    "preempted": "stopped by SIGTERM (exit 143); last.ckpt saved, resumable",
+    "interrupted": "stopped by Ctrl-C (exit 130); last.ckpt saved after the first",
+    "nonfinite": "stopped on a non-finite loss (exit 1)",
+    "failed": "stopped by an error (exit 1 or 2); see `error`",
+    "killed": "no end recorded: the process was killed",
+}
+PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
+
+
+def now() -> str:
+    """The local time with its UTC offset, to the millisecond (sorts runs started in the same second)."""
+    return datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def git_state(directory: Path) -> dict[str, Any] | None:
+    """The commit of the git repository that holds ``directory``, whether tracked files differ from it, and the diff.
+
+    ``None`` when ``directory`` is in no repository or git is not installed. Untracked files are not included.
+    """
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return None
+        diff = git("diff", "HEAD", "--no-color", "--no-ext-diff").stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(diff), "diff": diff}
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the interpreter and of the libraries that decide what a run computes."""
+    found: dict[str, str | None] = {"python": platform.python_version(), "torch": str(torch.__version__)}
+    found["cuda"] = torch.version.cuda
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def devices(trainer: pl.Trainer) -> dict[str, Any]:
+    """The accelerator and devices of ``trainer``; device names once CUDA is initialised (never initialises it)."""
+    found: dict[str, Any] = {
+        "accelerator": type(trainer.accelerator).__name__.removesuffix("Accelerator").lower(),
+        "devices": list(trainer.device_ids),
+        "num_nodes": trainer.num_nodes,
+        "world_size": trainer.world_size,
+    }
+    if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_initialized():
+        found["names"] = [torch.cuda.get_device_name(index) for index in trainer.device_ids]
+    return found
+
+
+def read_record(run: Path) -> dict[str, Any] | None:
+    """The run's ``provenance.yaml``, or ``None`` if it has none (or an unreadable one)."""
+    try:
+        record = yaml.safe_load((run / FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def session_status(record: dict[str, Any]) -> str:
+    """How the newest session ended: a ``STATUSES`` key, or ``running`` while its process is alive on this host."""
+    sessions = record.get("sessions") or [{}]
+    last = sessions[-1]
+    if last.get("status"):
+        return str(last["status"])
+    if last.get("host") == socket.gethostname() and _alive(last.get("pid")):
+        return "running"
+    return "killed"
+
+
+def status_of(error: BaseException | None) -> tuple[str, str | None]:
+    """The session status for how a command ended (``None``: normally) and the error line, if any."""
+    if error is None:
+        return "finished", None
+    code = error.code if isinstance(error, SystemExit) else None
+    if code == 128 + signal.SIGTERM:
+        return "preempted", None
+    if code == 128 + signal.SIGINT or isinstance(error, KeyboardInterrupt):
+        return "interrupted", None
+    if isinstance(error, NonFiniteLossError):
+        return "nonfinite", str(error).splitlines()[0]
+    if isinstance(error, SystemExit) and code in (0, None):
+        return "finished", None
+    lines = str(error).strip().splitlines()
+    return "failed", f"{type(error).__name__}: {lines[0] if lines else code}"
+
+
+class RunRecord:
+    """The provenance of one run, kept in ``<run>/provenance.yaml``; only the process of global rank 0 writes it."""
+
+    def __init__(self, directory: Path, writer: bool) -> None:
+        self.directory, self.writer = directory, writer
+        self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
+        self.data: dict[str, Any] = read_record(directory) or {
+            "experiment": directory.parent.name,
+            "run": directory.name,
+            "config": "config.yaml",
+            "progress": {},
+            "sessions": [],
+        }
+
+    def start_session(self, trainer: pl.Trainer, command: list[str], seed: int | None, ckpt_path: str | None) -> None:
+        """Appends this process's session (status open until ``end_session``) and writes the record."""
+        if not self.writer:
+            return
+        number = len(self.data["sessions"]) + 1
+        git = git_state(Path(__file__).resolve().parents[1])  # the repository of the code that runs
+        if git is not None:
+            diff = git.pop("diff")
+            git["diff"] = f"git-{number}.diff" if diff else None
+            if diff:
+                (self.directory / git["diff"]).write_text(diff)
+            self._diff = diff
+        self.data["sessions"].append(
+            {
+                "started": now(),
+                "ended": None,
+                "status": None,
+                "command": shlex.join(command),
+                "seed": seed,
+                "resumed_from": ckpt_path,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "devices": devices(trainer),
+                "git": git,
+                "versions": versions(),
+            }
+        )
+        self.write()
+
+    def end_session(self, error: BaseException | None) -> None:
+        """Records how this process's session ended."""
+        if not self.writer or not self.data["sessions"]:
+            return
+        status, message = status_of(error)
+        session = self.data["sessions"][-1]
+        session.update(ended=now(), status=status)
+        if message:
+            session["error"] = message
+        self.write()
+
+    def update_progress(self, trainer: pl.Trainer, logged_step: int | None) -> None:
+        """Epoch, step and best monitored value so far (called with every checkpoint)."""
+        # Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint).
+        epochs = trainer.fit_loop.epoch_progress.current.processed
+        progress: dict[str, Any] = {"epochs": epochs, "step": trainer.global_step}
+        if logged_step is not None:
+            progress["logged_step"] = logged_step  # the last step in TensorBoard: a resume purges what follows
+        best = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor), None)
+        if best is not None and best.best_model_score is not None:
+            progress["best"] = {"monitor": best.monitor, "value": float(best.best_model_score)}
+        self.data["progress"] = progress
+        self.write()
+
+    def for_checkpoint(self, config: str) -> dict[str, Any]:
+        """The record as a checkpoint carries it: with the resolved config and this session's diff inline."""
+        record = {**self.data, "config": config, "sessions": [dict(session) for session in self.data["sessions"]]}
+        if record["sessions"] and self._diff:
+            record["sessions"][-1]["git"] = {**record["sessions"][-1]["git"], "diff": self._diff}
+        return record
+
+    def write(self) -> None:
+        if not self.writer:
+            return
+        partial = self.directory / f".{FILE}.{os.getpid()}.tmp"
+        partial.write_text(yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True))
+        os.replace(partial, self.directory / FILE)  # readers never see half a file
+
+
+class Provenance(Callback):
+    """Puts the run's provenance into every checkpoint (``checkpoint["provenance"]``) and updates its progress."""
+
+    def __init__(self, record: RunRecord, config: str) -> None:
+        self.record, self.config = record, config
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        logged = getattr(trainer.logger, "logged_step", None)
+        self.record.update_progress(trainer, logged if isinstance(logged, int) and logged >= 0 else None)
+        checkpoint["provenance"] = self.record.for_checkpoint(self.config)
+
+
+def describe(checkpoint: dict[str, Any], path: str) -> str:
+    """One line: where a checkpoint came from (its run, step, first session's start, commit and command)."""
+    record = checkpoint.get("provenance")
+    where = f"epoch {checkpoint.get('epoch')}, step {checkpoint.get('global_step')}"
+    if not isinstance(record, dict) or not record.get("sessions"):
+        return f"Checkpoint {path}: {where}; no provenance recorded (not written by this project's fit)"
+    first, last = record["sessions"][0], record["sessions"][-1]
+    git = last.get("git") or {}
+    commit = f"commit {git['commit'][:10]}{' (dirty)' if git.get('dirty') else ''}" if git else "no git"
+    run = f"{record.get('experiment')}/{record.get('run')}"
+    return (
+        f"Checkpoint {path}: {where} of run {run}, started {first.get('started')}, {commit}, by `{last.get('command')}`"
+    )
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

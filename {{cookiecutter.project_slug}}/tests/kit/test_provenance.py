@@ -1,0 +1,89 @@
+"""Provenance: every run and every checkpoint says where it came from and how each session ended."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from support import run_dir_flags, submodule
+
+provenance = submodule("kit.provenance")
+RUN = Path("runs/fixture/traced")
+
+
+def test_provenance_is_in_the_run_and_in_every_checkpoint(
+    run_cli: Callable[..., object], lightning_log: list[str]
+) -> None:
+    run_cli("fit", *run_dir_flags(RUN), "--trainer.limit_val_batches=1", "--seed_everything=3")
+    record = yaml.safe_load((RUN / "provenance.yaml").read_text())
+    (session,) = record["sessions"]
+    assert session["command"].split()[1:3] == ["fit", f"--trainer.default_root_dir={RUN.parent.parent}"]
+    assert session["seed"] == 3
+    assert session["status"] == "finished"
+    assert session["started"] < session["ended"]
+    assert session["host"] == socket.gethostname()
+    assert (session["devices"]["accelerator"], session["devices"]["world_size"]) == ("cpu", 1)
+    assert set(session["versions"]) == {"python", "torch", "cuda", "lightning", "torchmetrics", "jsonargparse"}
+    assert session["versions"]["torch"] == str(torch.__version__)
+    assert (record["progress"]["epochs"], record["progress"]["step"]) == (2, 32)
+    assert record["progress"]["best"]["monitor"] == "val/loss"
+    for name in ("best.ckpt", "last.ckpt"):
+        carried = torch.load(RUN / "checkpoints" / name, weights_only=True)["provenance"]
+        assert carried["config"] == (RUN / "config.yaml").read_text()  # the resolved config, inline
+        assert carried["sessions"][0]["command"] == session["command"]
+    run_cli("validate", *run_dir_flags(RUN), "--ckpt_path=best")
+    (line,) = [line for line in lightning_log if line.startswith("Checkpoint ")]
+    assert f"of run fixture/traced, started {session['started']}" in line
+    assert line.endswith(f"by `{session['command']}`")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None:
+    assert provenance.git_state(tmp_path) is None  # not a repository
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    (tmp_path / "train.py").write_text("lr = 0.1\n")
+    git("add", "train.py")
+    git("commit", "-qm", "first")
+    clean = provenance.git_state(tmp_path)
+    assert clean == {"commit": git("rev-parse", "HEAD").strip(), "dirty": False, "diff": ""}
+    (tmp_path / "train.py").write_text("lr = 0.2\n")
+    (tmp_path / "untracked.py").write_text("x = 1\n")
+    dirty = provenance.git_state(tmp_path / ".")
+    assert dirty["dirty"]
+    assert dirty["commit"] == clean["commit"]
+    assert "-lr = 0.1\n+lr = 0.2" in dirty["diff"]
+    assert "untracked" not in dirty["diff"]
+
+
+def test_how_a_session_ended() -> None:
+    preemption = submodule("kit.preemption")
+    nonfinite = submodule("kit.nonfinite")
+    assert provenance.status_of(None) == ("finished", None)
+    assert provenance.status_of(SystemExit(128 + signal.SIGTERM)) == ("preempted", None)
+    assert provenance.status_of(preemption.Interrupted()) == ("interrupted", None)
+    assert provenance.status_of(nonfinite.NonFiniteLossError("loss is nan\nmore")) == ("nonfinite", "loss is nan")
+    assert provenance.status_of(RuntimeError("boom")) == ("failed", "RuntimeError: boom")
+    open_session = {"host": socket.gethostname(), "status": None}
+    assert provenance.session_status({"sessions": [{**open_session, "pid": os.getpid()}]}) == "running"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert provenance.session_status({"sessions": [{**open_session, "pid": dead.pid}]}) == "killed"
