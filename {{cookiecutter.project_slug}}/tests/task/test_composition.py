@@ -76,8 +76,8 @@ def test_all_training_presets_at_once_with_ddp_then_resume(tmp_path: Path) -> No
     assert config["trainer"]["accumulate_grad_batches"] == 4
     assert config["trainer"]["gradient_clip_val"] == 1.0
     assert config["trainer"]["strategy"]["class_path"] == "lightning.pytorch.strategies.DDPStrategy"
-    assert config["model"]["compile_network"] is True
-    assert config["model"]["scheduler"]["init_args"]["restarts"] == 2
+    assert config["model"]["init_args"]["compile_network"] is True
+    assert config["model"]["init_args"]["scheduler"]["init_args"]["restarts"] == 2
     checkpoint = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 4  # 2 epochs x 8 batches / 4 accumulated
     assert not [name for name in checkpoint["state_dict"] if "_orig_mod" in name]

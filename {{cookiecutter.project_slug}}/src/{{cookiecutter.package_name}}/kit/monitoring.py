@@ -67,6 +67,10 @@ class EpochMonitor(callbacks.Callback):
     def __init__(self) -> None:
         self._start = 0.0
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A run resumed mid-epoch starts without `on_train_epoch_start`: time that epoch from here.
+        self._start = time.perf_counter()
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
         if pl_module.device.type == "cuda":
