@@ -12,15 +12,26 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from .checkpoint_io import AtomicCheckpointIO
+from .bad_input import (
+    SETUP_ERRORS,
+    BadInputError,
+    ConfigFile,
+    RunFiles,
+    SetupPhase,
+    check_config_file,
+    describe,
+    innermost_cause,
+)
+from .checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from .checkpoints import (
     BestCheckpoint,
     LastCheckpoint,
@@ -30,13 +41,14 @@ from .checkpoints import (
     resolve_ckpt_path,
 )
 from .data_checks import InvalidDataError
-from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from .memory import MemoryBudget
+from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from .nonfinite import NonFiniteLossError, StopOnNonFiniteLoss
 from .preemption import Preemption
 from .protocol import LINKED_ATTRIBUTES
 from .resume import ExactResume
 from .runs import RunDirectory
+from .task_checks import StartCheck, check_monitor, check_paths, check_task, check_trainer
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -46,12 +58,26 @@ DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
 _LIGHTNING_CKPT_ALIASES = {"hpc", "registry"}
 
 
+class ProjectArgumentParser(LightningArgumentParser):
+    """Lightning's parser, whose errors are the ``tip:`` and ``error:`` lines alone."""
+
+    def print_usage(self, file: Any = None) -> None:
+        """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
+
+
 class ProjectCLI(LightningCLI):
     """LightningCLI with the data's shape linked into the model, the safeguards always on, and ``--ckpt_path best``."""
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # Lightning's parser, with a `--config` that names the file and the line of a problem in it.
+        kwargs.setdefault("dump_header", [f"lightning.pytorch=={pl.__version__}"])
+        parser = self.parser_class(**kwargs)
+        parser.add_argument("-c", "--config", action=ConfigFile, help="Path to a configuration file in YAML.")
+        return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The datamodule is the one place these numbers are set; the model follows it. jsonargparse skips a
@@ -64,6 +90,11 @@ class ProjectCLI(LightningCLI):
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        for path in default_config_files():  # jsonargparse would not name the file
+            try:
+                check_config_file(path)
+            except TypeError as error:
+                parser.error(f"{error} (the default config, ${DEFAULT_CONFIG_ENV} or configs/default.yaml)")
         super().parse_arguments(parser, args)
         # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
         # unsafe file before it does, with a message instead of a traceback.
@@ -74,6 +105,49 @@ class ProjectCLI(LightningCLI):
                 read_checkpoint(ckpt_path)
             except ValueError as error:
                 parser.error(str(error))
+
+    def instantiate_classes(self) -> None:
+        # Everything is built from the config here: whatever a constructor raises is about a configured value.
+        try:
+            super().instantiate_classes()
+        except Exception as error:
+            self._refuse(innermost_cause(error))
+
+    def after_instantiate_classes(self) -> None:
+        try:
+            check_trainer(self.trainer)
+            if self.subcommand is not None:
+                check_paths(self.trainer)
+                check_task(self.subcommand, self.model, self.datamodule)
+            if self.subcommand == "fit":
+                check_monitor(self.trainer, self.model, self.datamodule)
+        except BadInputError as error:
+            self._refuse(error)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # A value the task's own hooks refuse (a DataLoader with batch_size 0, an optimizer with a negative LR)
+        # surfaces inside the Trainer, after Lightning opened the event file and saved the config: refuse it as
+        # bad input, and take back what the command wrote.
+        setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
+        files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
+        try:
+            super()._run_subcommand(subcommand)
+        except Exception as error:
+            refused = isinstance(error, (BadInputError, MisconfigurationException)) or (
+                isinstance(error, SETUP_ERRORS)
+                and not isinstance(error, InvalidDataError)  # bad data has its own exit code
+                and not setup.batches_started
+            )
+            if not refused:
+                raise
+            if files is not None and not setup.trained:
+                files.restore()
+            self._refuse(error)
+
+    def _refuse(self, error: BaseException) -> NoReturn:
+        """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
+        keys = {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"}
+        self._parser(self.subcommand).error(describe(error, keys), error if isinstance(error, Exception) else None)
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self._get(self.config_init, "trainer", default={})
@@ -128,7 +202,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
 
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
-    callbacks: list[pl.Callback] = [ExactResume(), Preemption(), StopOnNonFiniteLoss()]
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFiniteLoss()]
     callbacks += [GradNormMonitor(), EpochMonitor(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
@@ -175,13 +249,14 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
-    main_parser = {"allow_abbrev": False} if run else settings
+    main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0]} if run else settings
     return ProjectCLI(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_class=ProjectTrainer,
+        parser_class=ProjectArgumentParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
         auto_configure_optimizers=False,
@@ -195,10 +270,16 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
 def main(args: ArgsType = None) -> None:
     """Entry point of the console script and of ``python -m``.
 
-    Exit codes: 0 done; 1 training stopped on bad data or a non-finite loss (one ``error:`` line says where);
-    2 bad command line, config or checkpoint; 143 preempted (``last.ckpt`` saved, rerun with ``--ckpt_path last``).
+    Exit codes, each failure with one ``error:`` line:
+
+    - 0: done.
+    - 1: training stopped: bad data, a non-finite loss, or a checkpoint that cannot be written (what was saved
+      before is intact).
+    - 2: bad input: command line, config file, a value a class refuses, a task missing a method the
+      subcommand needs, a checkpoint that cannot be used. Nothing is written (see ``bad_input.py``).
+    - 143: preempted (``last.ckpt`` saved, rerun with ``--ckpt_path last``).
     """
     try:
         build_cli(args)
-    except (InvalidDataError, NonFiniteLossError) as error:
+    except (InvalidDataError, NonFiniteLossError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")

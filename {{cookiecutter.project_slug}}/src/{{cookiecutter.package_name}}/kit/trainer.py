@@ -12,8 +12,9 @@ from typing import Literal
 
 import lightning.pytorch as pl
 
+from .bad_input import BadInputError
 from .checkpoints import read_checkpoint, resolve_ckpt_path
-from .export import Exported, example_batch, export_model, format_report
+from .export import FILE_NAMES, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from .schedule_preview import format_preview, learning_rates
 
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.
@@ -48,8 +49,9 @@ class ProjectTrainer(pl.Trainer):
         self,
         model: pl.LightningModule,
         datamodule: pl.LightningDataModule,
-        ckpt_path: str | None = None,
+        ckpt_path: str,
         output_dir: str | None = None,
+        overwrite: bool = False,
         formats: tuple[Literal["torch_export", "onnx"], ...] = ("torch_export", "onnx"),
         atol: float = 1e-4,
         max_samples: int = 8,
@@ -59,17 +61,27 @@ class ProjectTrainer(pl.Trainer):
         Args:
             model: The model, built from the config; its weights come from ``ckpt_path``.
             datamodule: The data; its first predict batch is traced and used to compare outputs.
-            ckpt_path: ``best``, ``last`` or a checkpoint file; ``null`` exports the freshly initialised model.
-            output_dir: Where the files go; ``null`` means ``<run directory>/export``.
+            ckpt_path: The weights to export: ``best``, ``last`` or a checkpoint file.
+            output_dir: Where the files go; ``null`` means the ``export`` folder of the run that wrote the
+                checkpoint (next to its ``checkpoints`` folder).
+            overwrite: Replace files an earlier export left in ``output_dir``; without it they are kept and the
+                command stops.
             formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
             atol: Largest absolute difference from the eager outputs that an exported file may show.
             max_samples: Samples of the first predict batch used to trace and compare (at least 2).
         """
-        if ckpt_path is not None:
-            path = resolve_ckpt_path(ckpt_path, self, fitting=False)
-            assert path is not None, "only `fit` may start without a checkpoint"
-            model.load_state_dict(read_checkpoint(path)["state_dict"])
-        destination = Path(output_dir) if output_dir is not None else Path(self.log_dir or ".") / "export"
-        exported = export_model(model, example_batch(datamodule, max_samples), destination, formats, atol)
+        if max_samples < 2:
+            raise BadInputError(f"max_samples must be >= 2 (a batch of 1 would not stay dynamic), got {max_samples}")
+        check_formats(formats)
+        path = resolve_ckpt_path(ckpt_path, self, fitting=False)
+        assert path is not None, "only `fit` may start without a checkpoint"
+        destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
+        if not overwrite and (earlier := [name for name in FILE_NAMES.values() if (destination / name).exists()]):
+            raise BadInputError(
+                f"output_dir: {destination} already holds {', '.join(earlier)} from an earlier export: pass"
+                " --overwrite true to replace them, or another --output_dir"
+            )
+        model.load_state_dict(read_checkpoint(path)["state_dict"])
+        exported = export_model(model, example_batch(model, datamodule, max_samples), destination, formats, atol)
         print(format_report(exported))
         return exported
