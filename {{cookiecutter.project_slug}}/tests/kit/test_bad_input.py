@@ -36,6 +36,7 @@ def refused(run_cli: RunCli, capsys: pytest.CaptureFixture[str], *args: str) -> 
     assert exit_info.value.code == 2, err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
+    assert err.strip().splitlines()[-1] == errors[0], err  # nothing after it: one line
     assert "Traceback" not in err
     return errors[0]
 
@@ -78,12 +79,17 @@ def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--trainer.check_val_every_n_epoch=0"], ["trainer.check_val_every_n_epoch must be >= 1 or null, got 0"]),
         (["--trainer.val_check_interval=0"], ["trainer.val_check_interval must be > 0, got 0"]),
         (["--trainer.num_sanity_val_steps=-5"], ["trainer.num_sanity_val_steps must be >= -1, got -5"]),
+        (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
         # The monitored metric: never logged, or logged on an empty validation set.
         (
             ["--best_checkpoint.monitor=val/acc"],
             ["SequenceRegressor never logs 'val/acc'; its validation logs val/loss"],
         ),
         (["--data.init_args.val_size=0"], ["'val/loss' is a validation metric, but SequenceData.val_dataloader()"]),
+        (
+            ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val/nope"],
+            ["trainer.callbacks: EarlyStopping.monitor: SequenceRegressor never logs 'val/nope'"],
+        ),
     ],
 )
 def test_a_refused_value_names_its_key_and_writes_nothing(
@@ -131,6 +137,28 @@ def test_a_save_folder_that_cannot_be_made_is_named_before_training(
     Path("a_file").write_text("not a folder")
     assert message in refused(run_cli, capsys, "fit", *args)
     assert files_in(in_tmp) == ["a_file"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed_everything=abc"], "error: seed_everything: expected bool or int; got 'abc'"),
+        (["--trainer.precision=17"], "error: trainer.precision: expected one of 64, 32, 16, 'transformer-engine'"),
+        (["--best_checkpoint.mode=up"], "error: best_checkpoint.mode: Expected a typing.Literal['min', 'max']"),
+        (["--model.init_args.optimizer=adam"], "optimizer: Expected a typing.Literal['adamw', 'sgd']. Got value: adam"),
+        (
+            ["--model.class_path=torch.nn.Linear"],
+            "error: model: Import path torch.nn.Linear does not correspond to a subclass of LightningModule",
+        ),
+        (["--data.class_path=nowhere.Data"], "error: data: Problem with given class_path 'nowhere.Data': No module"),
+        (["--trainer.callbacks+=NoSuchCallback"], "error: trainer.callbacks: Expected a path but NoSuchCallback"),
+    ],
+)
+def test_a_type_error_is_one_line_without_the_usage(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # jsonargparse prints ~60 lines of usage, then a multi-line error ending in a dump of the given value.
+    assert message in refused(run_cli, capsys, "fit", *args)
 
 
 # --- a task that lacks what a subcommand needs ------------------------------------------------------------------
@@ -319,8 +347,12 @@ def test_a_legacy_format_checkpoint_is_accepted(cli: ModuleType, trained: Path, 
             lambda path, good: torch.save({**good, "origin": Path("/somewhere")}, path),
             "holds pickled Python objects and is refused (it needs pathlib.PosixPath)",
         ),
+        (
+            lambda path, good: path.write_bytes(bytes(range(7, 107))),
+            "is not readable (truncated or corrupt?): Unsupported",
+        ),
     ],
-    ids=["empty", "pickled-object"],
+    ids=["empty", "pickled-object", "random-bytes"],
 )
 def test_a_checkpoint_error_is_plain_text_naming_the_file(
     run_cli: RunCli, capsys: pytest.CaptureFixture[str], trained: Path, make: Any, message: str
@@ -382,6 +414,25 @@ def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line
 
 
 # --- export -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["schedule", "--height=-1"], "height must be >= 2, got -1"),
+        (["schedule", "--points=0"], "points must be >= 2, got 0"),
+        (["export", "--ckpt_path=best", "--max_samples=1"], "max_samples must be >= 2"),
+        (["export", "--ckpt_path=best", "--atol=-1"], "atol must be >= 0, got -1"),
+        (["export", "--ckpt_path=best", "--output_dir=a_file"], "output_dir: a_file is a file, not a folder"),
+    ],
+)
+def test_bad_arguments_of_the_kits_subcommands(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], trained: Path, args: list[str], message: str
+) -> None:
+    Path("a_file").write_text("not a folder")
+    before = files_in(trained)
+    assert message in refused(run_cli, capsys, *args, *run_dir_flags(trained))
+    assert files_in(trained) == before
 
 
 def test_export_needs_a_checkpoint(run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path) -> None:

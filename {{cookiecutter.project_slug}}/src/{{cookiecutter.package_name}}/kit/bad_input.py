@@ -60,6 +60,44 @@ def plain(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def condense(message: str) -> str:
+    """jsonargparse's multi-line type error as one line: the key, then each specific reason.
+
+    ``Parser key "seed_everything": Does not validate against any of the Union subtypes / Subtypes: [...] /
+    Errors: - Expected a <class 'bool'> - Expected a <class 'int'> / Given value type: ... / Given value: abc``
+    becomes ``seed_everything: expected bool or int, got 'abc'``. A message of another shape is returned as is.
+    """
+    lines = message.strip().splitlines()
+    header = re.fullmatch(r'Parser key "([^"]+)":\s*(.*)', lines[0]) if lines else None
+    if header is None or len(lines) == 1:
+        return message
+    given, reasons = None, []
+    for line in [header[2], *lines[1:]]:
+        text = line.strip()
+        if text.startswith("Given value:"):
+            given = text.removeprefix("Given value:").strip()
+        elif text.startswith("- "):
+            reasons.append(text[2:])
+        elif text and not text.startswith(_NOISE) and reasons:
+            reasons[-1] += " " + text  # a nested error's own lines
+        elif text and not text.startswith(_NOISE):
+            reasons.append(text)
+    # `null` is accepted by every optional key: not a reason worth listing.
+    reasons = [r for r in dict.fromkeys(reasons) if r != "Expected a <class 'NoneType'>" and not r.startswith(_NOISE)]
+    if not reasons:
+        return message
+    if all(_EXPECTED_TYPE.fullmatch(r) for r in reasons) and given is not None:
+        types = [re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", r.removeprefix("Expected a ")) for r in reasons]
+        if all(t.startswith("typing.Literal[") for t in types):
+            return f"{header[1]}: expected one of {', '.join(t[15:-1] for t in types)}; got {given!r}"
+        return f"{header[1]}: expected {' or '.join(types)}; got {given!r}"
+    return f"{header[1]}: {'; '.join(reasons)}"
+
+
+_EXPECTED_TYPE = re.compile(r"Expected a (<class '[\w.]+'>|typing\.\w+\[.*\])")
+_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:")
+
+
 def describe(error: BaseException, keys: dict[type, str] | None = None) -> str:
     """``<key>: <Class>[.<method>]: <message>``: where a refused value came from, and the first line of why.
 

@@ -116,24 +116,24 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         # format maps; the legacy format (torch < 1.6, or `_use_new_zipfile_serialization=False`) is read whole.
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
+        # torch's message for a refused object names it (and carries terminal colour codes); for bytes that are
+        # no pickle at all (a damaged legacy file), it says which opcode it could not read.
+        text = plain(str(error))
+        if found := re.search(r"GLOBAL (\S+) was not an allowed global|whose module (\S+) is blocked", text):
+            raise ValueError(
+                f"checkpoint {path} holds pickled Python objects and is refused (it needs {found[1] or found[2]})."
+                " Only tensors and plain values load (torch.load weights_only=True); re-save its state_dicts from"
+                " code you trust."
+            ) from None
+        detail = text.partition("WeightsUnpickler error:")[2].strip() or text.strip()
         raise ValueError(
-            f"checkpoint {path} holds pickled Python objects and is refused ({_unpickling_reason(error)}). Only"
-            " tensors and plain values load (torch.load weights_only=True); re-save its state_dicts from code you"
-            " trust."
+            f"checkpoint {path} is not readable (truncated or corrupt?): {detail.splitlines()[0]}"
         ) from None
     except Exception as error:  # torch reports a damaged file as RuntimeError, EOFError, IndexError, ...
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
     return checkpoint
-
-
-def _unpickling_reason(error: Exception) -> str:
-    """The Python object torch refused to unpickle, or the first line of its message (without terminal colours)."""
-    text = plain(str(error))
-    if found := re.search(r"GLOBAL (\S+) was not an allowed global", text):
-        return f"it needs {found[1]}"
-    return text.strip().splitlines()[0]
 
 
 def check_checkpoint(path: str, model: torch.nn.Module) -> None:

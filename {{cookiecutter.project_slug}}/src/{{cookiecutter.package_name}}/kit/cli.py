@@ -28,6 +28,7 @@ from .bad_input import (
     RunFiles,
     SetupPhase,
     check_config_file,
+    condense,
     describe,
     innermost_cause,
 )
@@ -60,6 +61,9 @@ _LIGHTNING_CKPT_ALIASES = {"hpc", "registry"}
 
 class ProjectArgumentParser(LightningArgumentParser):
     """Lightning's parser, whose errors are the ``tip:`` and ``error:`` lines alone."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        super().error(condense(message), ex)
 
     def print_usage(self, file: Any = None) -> None:
         """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
@@ -96,9 +100,12 @@ class ProjectCLI(LightningCLI):
             except TypeError as error:
                 parser.error(f"{error} (the default config, ${DEFAULT_CONFIG_ENV} or configs/default.yaml)")
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        seed = (self.config[subcommand] if subcommand else self.config).get("seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # Lightning's traceback
+            parser.error(f"seed_everything must be in [0, {2**32 - 1}] (true: a random seed, false: none), got {seed}")
         # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
         # unsafe file before it does, with a message instead of a traceback.
-        subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if isinstance(ckpt_path, str) and Path(ckpt_path).is_file():
             try:
@@ -116,8 +123,9 @@ class ProjectCLI(LightningCLI):
     def after_instantiate_classes(self) -> None:
         try:
             check_trainer(self.trainer)
-            if self.subcommand is not None:
+            if self.subcommand in LightningCLI.subcommands():  # the ones that write in the run directory
                 check_paths(self.trainer)
+            if self.subcommand is not None:
                 check_task(self.subcommand, self.model, self.datamodule)
             if self.subcommand == "fit":
                 check_monitor(self.trainer, self.model, self.datamodule)

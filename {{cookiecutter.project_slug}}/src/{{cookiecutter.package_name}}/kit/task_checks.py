@@ -14,10 +14,11 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .bad_input import BadInputError
+from .checkpoints import BestCheckpoint
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
 NEEDS: dict[str, tuple[tuple[str, ...], str | None]] = {
@@ -93,8 +94,8 @@ def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.Lightn
 
 
 def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
-    """Refuses ``best_checkpoint.monitor`` naming a validation metric when ``fit`` would not validate."""
-    for monitor in monitored_metrics(trainer):
+    """Refuses a validation metric monitored (by ``best_checkpoint``, an ``EarlyStopping``) when nothing validates."""
+    for key, monitor in monitored_metrics(trainer):
         if not is_validation_metric(monitor):
             continue
         if not is_overridden("validation_step", model):
@@ -106,8 +107,8 @@ def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl
         else:
             continue
         raise BadInputError(
-            f"best_checkpoint.monitor: {monitor!r} is a validation metric, but {missing}: validate, or monitor a"
-            " training metric (e.g. --best_checkpoint.monitor train/loss)"
+            f"{key}: {monitor!r} is a validation metric, but {missing}: validate, or monitor a training metric"
+            " (e.g. train/loss)"
         )
 
 
@@ -122,16 +123,18 @@ class StartCheck(Callback):
 
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         logged = sorted(key for key in trainer.callback_metrics if is_validation_metric(key))
-        for monitor in filter(is_validation_metric, monitored_metrics(trainer)):
+        for key, monitor in monitored_metrics(trainer):
+            if not is_validation_metric(monitor):
+                continue
             if sum(trainer.num_sanity_val_batches) == 0:
                 raise BadInputError(
-                    f"best_checkpoint.monitor: {monitor!r} is a validation metric, but"
+                    f"{key}: {monitor!r} is a validation metric, but"
                     f" {_data_name(pl_module, trainer.datamodule)}.val_dataloader() yields no batch"
                 )
             if monitor not in logged:
                 raise BadInputError(
-                    f"best_checkpoint.monitor: {type(pl_module).__name__} never logs {monitor!r}; its validation"
-                    f" logs {', '.join(logged) or 'nothing'}"
+                    f"{key}: {type(pl_module).__name__} never logs {monitor!r}; its validation logs"
+                    f" {', '.join(logged) or 'nothing'}"
                 )
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -142,9 +145,14 @@ class StartCheck(Callback):
             )
 
 
-def monitored_metrics(trainer: pl.Trainer) -> list[str]:
-    """The metrics the run's checkpoint callbacks rank by."""
-    return [c.monitor for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor]
+def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:
+    """``(key, metric)`` of each callback that keeps checkpoints or stops the run by a logged metric."""
+    found = []
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, (ModelCheckpoint, EarlyStopping)) and callback.monitor:
+            key = f"trainer.callbacks: {type(callback).__name__}.monitor"
+            found.append(("best_checkpoint.monitor" if isinstance(callback, BestCheckpoint) else key, callback.monitor))
+    return found
 
 
 def is_validation_metric(name: str) -> bool:

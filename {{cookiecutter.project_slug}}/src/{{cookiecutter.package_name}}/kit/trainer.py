@@ -41,6 +41,9 @@ class ProjectTrainer(pl.Trainer):
             width: Columns of the plot.
             height: Rows of the plot.
         """
+        for name, value in {"points": points, "width": width, "height": height}.items():
+            if value < 2:
+                raise BadInputError(f"{name} must be >= 2, got {value}")
         rates = learning_rates(self, model, datamodule)
         print(format_preview(rates, points, width, height))
         return rates
@@ -72,10 +75,14 @@ class ProjectTrainer(pl.Trainer):
         """
         if max_samples < 2:
             raise BadInputError(f"max_samples must be >= 2 (a batch of 1 would not stay dynamic), got {max_samples}")
+        if not atol >= 0:
+            raise BadInputError(f"atol must be >= 0, got {atol}")
         check_formats(formats)
         path = resolve_ckpt_path(ckpt_path, self, fitting=False)
         assert path is not None, "only `fit` may start without a checkpoint"
         destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
+        if destination.exists() and not destination.is_dir():
+            raise BadInputError(f"output_dir: {destination} is a file, not a folder")
         if not overwrite and (earlier := [name for name in FILE_NAMES.values() if (destination / name).exists()]):
             raise BadInputError(
                 f"output_dir: {destination} already holds {', '.join(earlier)} from an earlier export: pass"
