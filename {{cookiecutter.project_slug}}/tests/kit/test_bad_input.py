@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -80,6 +81,7 @@ def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--trainer.val_check_interval=0"], ["trainer.val_check_interval must be > 0, got 0"]),
         (["--trainer.num_sanity_val_steps=-5"], ["trainer.num_sanity_val_steps must be >= -1, got -5"]),
         (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
+        (["--best_checkpoint.monitor="], ["best_checkpoint: BestCheckpoint (", "monitor must name a logged metric"]),
         # The monitored metric: never logged, or logged on an empty validation set.
         (
             ["--best_checkpoint.monitor=val/acc"],
@@ -98,6 +100,17 @@ def test_a_refused_value_names_its_key_and_writes_nothing(
     line = refused(run_cli, capsys, "fit", *args)
     assert all(part in line for part in expected), line
     assert files_in(in_tmp) == []  # no run directory, config or events
+
+
+def test_in_a_process_a_refused_value_exits_2_with_one_line(
+    run_process: Callable[..., subprocess.CompletedProcess[str]], in_tmp: Path
+) -> None:
+    # The exit-code contract of `main`: 2 for bad input, and the error line is the last thing printed.
+    process = run_process("fit", "--data.init_args.batch_size=0")
+    assert process.returncode == 2, process.stdout[-3000:]
+    assert process.stdout.strip().splitlines()[-1].startswith("error: data: SequenceData.train_dataloader")
+    assert "Traceback" not in process.stdout
+    assert files_in(in_tmp) == ["out.log"]
 
 
 def test_negative_clip_value_is_not_silently_ignored(run_cli: RunCli, capsys: pytest.CaptureFixture[str]) -> None:

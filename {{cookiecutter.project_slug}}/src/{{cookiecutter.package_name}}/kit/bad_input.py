@@ -87,11 +87,16 @@ def condense(message: str) -> str:
     if not reasons:
         return message
     if all(_EXPECTED_TYPE.fullmatch(r) for r in reasons) and given is not None:
-        types = [re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", r.removeprefix("Expected a ")) for r in reasons]
+        types = [_short_types(r.removeprefix("Expected a ")) for r in reasons]
         if all(t.startswith("typing.Literal[") for t in types):
             return f"{header[1]}: expected one of {', '.join(t[15:-1] for t in types)}; got {given!r}"
         return f"{header[1]}: expected {' or '.join(types)}; got {given!r}"
-    return f"{header[1]}: {'; '.join(reasons)}"
+    return f"{header[1]}: {'; '.join(map(_short_types, reasons))}"
+
+
+def _short_types(text: str) -> str:
+    """``<class 'collections.abc.Iterable'>`` as ``Iterable``."""
+    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
 
 
 _EXPECTED_TYPE = re.compile(r"Expected a (<class '[\w.]+'>|typing\.\w+\[.*\])")

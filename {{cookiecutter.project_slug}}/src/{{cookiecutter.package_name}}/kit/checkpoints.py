@@ -47,6 +47,8 @@ class BestCheckpoint(ModelCheckpoint):
             monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``).
             mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy).
         """
+        if not monitor:
+            raise ValueError("monitor must name a logged metric, e.g. val/loss")
         super().__init__(monitor=monitor, mode=mode, filename=BEST, save_top_k=1, enable_version_counter=False)
 
 

@@ -102,9 +102,7 @@ def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl
             missing = f"{type(model).__name__} has no validation_step()"
         elif not has_loader("val_dataloader", model, datamodule):
             missing = f"{_data_name(model, datamodule)} has no val_dataloader()"
-        elif trainer.limit_val_batches == 0:
-            missing = "trainer.limit_val_batches is 0"
-        else:
+        else:  # validation switched off (`limit_val_batches: 0`) is a choice: Lightning warns, no best.ckpt
             continue
         raise BadInputError(
             f"{key}: {monitor!r} is a validation metric, but {missing}: validate, or monitor a training metric"
