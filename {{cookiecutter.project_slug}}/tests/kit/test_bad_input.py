@@ -74,6 +74,7 @@ def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
         # Refused by the Trainer's constructor.
         (["--trainer.max_epochs=-5"], ["trainer: `max_epochs` must be a non-negative integer or -1"]),
         (["--trainer.devices=0"], ["trainer: `Trainer(devices="]),
+        (["--trainer.accelerator=tpu"], ["trainer: Requirement 'torch_xla"]),  # a package the choice needs
         # Accepted by Lightning, then a ZeroDivisionError (or silently ignored): refused by the kit's checks.
         (["--trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches must be >= 1, got 0"]),
         (["--trainer.gradient_clip_val=-1"], ["trainer.gradient_clip_val must be >= 0 (0 or null: no clipping)"]),

@@ -1,19 +1,22 @@
-"""Bad input: one ``error:`` line naming the key and the problem, exit 2, and nothing written.
+"""Bad input: one ``error:`` line naming the key, file or class and the problem, exit 2, and nothing written.
 
-A value can be refused at three moments, and each ends the same way:
+A value can be refused at four moments, and each ends the same way:
 
-1. while the configured classes are built (a constructor's ``ValueError``, Lightning's
-   ``MisconfigurationException`` from the Trainer, a missing optional dependency): nothing has run yet;
-2. by the kit's checks of the task and the Trainer (``task_checks.py``) before the subcommand starts;
-3. while the subcommand sets itself up, before its first batch: a DataLoader built with ``batch_size=0``
+1. while the command line and config files are parsed: jsonargparse's multi-line type errors are condensed
+   to one line (``OneLineErrorParser``), and a config file that is not a YAML mapping is named with the
+   line and column of the problem (``ConfigFile``);
+2. while the configured classes are built: whatever a constructor raises (a ``ValueError``, Lightning's
+   ``MisconfigurationException`` from the Trainer, a missing optional package) is about a configured value;
+3. by the kit's checks of the Trainer, the paths and the task (``task_checks.py``) before the subcommand starts;
+4. while the subcommand sets itself up, before its first batch: a DataLoader built with ``batch_size=0``
    in the user's ``train_dataloader``, an optimizer refusing its learning rate in ``configure_optimizers``.
-   By then Lightning has opened the run's event file and saved its config: ``RunFiles`` removes what this
-   command added to the run directory, so a refused command leaves the folder as it found it.
+   By then Lightning has opened the run's event file and saved its config: ``RunFiles`` takes back what
+   this command added to the run directory.
 
 The key is found by walking the traceback to the outermost frame of a configured object (the datamodule,
-the model, a callback, the Trainer): ``data: SequenceData.train_dataloader: batch_size should be ...``.
-Errors raised once batches flow are bugs or data problems, not input: they keep their traceback. Set
-``JSONARGPARSE_DEBUG=1`` to see the traceback of a refused value too.
+the model, a callback, the Trainer): ``data: SequenceData.train_dataloader (fixture_task.py:81): batch_size
+should be a positive integer value, but got batch_size=0``. Errors raised once batches flow are bugs or data
+problems, not input: they keep their traceback. ``JSONARGPARSE_DEBUG=1`` shows a refused value's traceback too.
 """
 
 from __future__ import annotations
@@ -25,20 +28,21 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 import yaml
 from jsonargparse import ActionConfigFile
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningArgumentParser
+
+from .data_checks import InvalidDataError
 
 
 class BadInputError(ValueError):
     """A value of the command line or config that cannot work; the message starts with its key."""
 
-
-BUILD_ERRORS = (ValueError, TypeError, MisconfigurationException, ImportError)
-"""What a constructor raises for a value it refuses (or a selected feature whose package is missing)."""
 
 SETUP_ERRORS = (ValueError, TypeError, MisconfigurationException, FileNotFoundError, NotADirectoryError)
 """What the setup hooks raise for a bad value or path, before the first batch."""
@@ -65,7 +69,7 @@ def condense(message: str) -> str:
 
     ``Parser key "seed_everything": Does not validate against any of the Union subtypes / Subtypes: [...] /
     Errors: - Expected a <class 'bool'> - Expected a <class 'int'> / Given value type: ... / Given value: abc``
-    becomes ``seed_everything: expected bool or int, got 'abc'``. A message of another shape is returned as is.
+    becomes ``seed_everything: expected bool or int; got 'abc'``. A message of another shape is returned as is.
     """
     lines = message.strip().splitlines()
     header = re.fullmatch(r'Parser key "([^"]+)":\s*(.*)', lines[0]) if lines else None
@@ -104,7 +108,7 @@ _NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "E
 
 
 def describe(error: BaseException, keys: dict[type, str] | None = None) -> str:
-    """``<key>: <Class>[.<method>]: <message>``: where a refused value came from, and the first line of why.
+    """``<key>: <Class>[.<method>] (<file>:<line>): <message>``: where a refused value came from, and why.
 
     ``keys`` maps classes to their config key where it is not the default of ``OWNERS`` (e.g. the checkpoint
     callbacks, configured by their own keys).
@@ -187,12 +191,29 @@ def _context(error: yaml.MarkedYAMLError) -> str:
     return f"YAML syntax: {error.context}{_at(error.context_mark).replace(',', ' at', 1)}"
 
 
+class OneLineErrorParser(LightningArgumentParser):
+    """Lightning's parser, whose errors are the ``tip:`` and one ``error:`` line."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        super().error(condense(message), ex)
+
+    def print_usage(self, file: Any = None) -> None:
+        """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
+
+
 class SetupPhase(Callback):
     """Tells whether the running command is still setting up (no batch yet) and whether it has trained."""
 
     def __init__(self) -> None:
         self.batches_started = False
         self.trained = False
+
+    def refuses(self, error: Exception) -> bool:
+        """Whether ``error``, raised by the running command, is bad input rather than a bug or bad data."""
+        if isinstance(error, (BadInputError, MisconfigurationException)):
+            return True
+        # Bad data has its own exit code; once batches flow, errors are the code's or the data's.
+        return isinstance(error, SETUP_ERRORS) and not isinstance(error, InvalidDataError) and not self.batches_started
 
     def on_train_batch_start(self, *args: object) -> None:
         self.batches_started = self.trained = True
@@ -216,12 +237,15 @@ class RunFiles:
     """
 
     def __init__(self, run_dir: str | Path) -> None:
+        self.remote = "://" in str(run_dir)  # object storage: nothing to take back here
         self.run_dir = Path(run_dir).absolute()
-        self.first_new = next((p for p in _ancestors(self.run_dir) if not p.exists()), None)
-        self.events = set(self.run_dir.glob(_own_events()))
+        self.first_new = None if self.remote else next((p for p in _ancestors(self.run_dir) if not p.exists()), None)
+        self.events = set() if self.remote else set(self.run_dir.glob(_own_events()))
 
     def restore(self) -> None:
         """Removes what was added since this object was made."""
+        if self.remote:
+            return
         if self.first_new is not None:
             shutil.rmtree(self.first_new, ignore_errors=True)
             return

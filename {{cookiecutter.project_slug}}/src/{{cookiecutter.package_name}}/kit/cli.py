@@ -15,20 +15,18 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from .bad_input import (
-    SETUP_ERRORS,
     BadInputError,
     ConfigFile,
+    OneLineErrorParser,
     RunFiles,
     SetupPhase,
     check_config_file,
-    condense,
     describe,
     innermost_cause,
 )
@@ -57,16 +55,6 @@ DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
 
 # Special values of `--ckpt_path` that Lightning resolves itself.
 _LIGHTNING_CKPT_ALIASES = {"hpc", "registry"}
-
-
-class ProjectArgumentParser(LightningArgumentParser):
-    """Lightning's parser, whose errors are the ``tip:`` and ``error:`` lines alone."""
-
-    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        super().error(condense(message), ex)
-
-    def print_usage(self, file: Any = None) -> None:
-        """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
 
 
 class ProjectCLI(LightningCLI):
@@ -141,12 +129,7 @@ class ProjectCLI(LightningCLI):
         try:
             super()._run_subcommand(subcommand)
         except Exception as error:
-            refused = isinstance(error, (BadInputError, MisconfigurationException)) or (
-                isinstance(error, SETUP_ERRORS)
-                and not isinstance(error, InvalidDataError)  # bad data has its own exit code
-                and not setup.batches_started
-            )
-            if not refused:
+            if not setup.refuses(error):
                 raise
             if files is not None and not setup.trained:
                 files.restore()
@@ -264,7 +247,7 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_class=ProjectTrainer,
-        parser_class=ProjectArgumentParser,
+        parser_class=OneLineErrorParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
         auto_configure_optimizers=False,
