@@ -63,7 +63,8 @@ class ProjectTrainer(pl.Trainer):
 
         Args:
             model: The model, built from the config; its weights come from ``ckpt_path``.
-            datamodule: The data; its first predict batch is traced and used to compare outputs.
+            datamodule: The data; its first predict batch (else the model's ``example_input_array``) is traced
+                and used to compare outputs.
             ckpt_path: The weights to export: ``best``, ``last`` or a checkpoint file.
             output_dir: Where the files go; ``null`` means the ``export`` folder of the run that wrote the
                 checkpoint (next to its ``checkpoints`` folder).
