@@ -7,16 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support import CONFIGS
-
-
-def refused_line(capsys: pytest.CaptureFixture[str], build: Callable[[], object]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        build()
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2, err
-    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
-    return line
+from support import CONFIGS, refused
 
 
 @pytest.mark.parametrize(
@@ -37,7 +28,7 @@ def refused_line(capsys: pytest.CaptureFixture[str], build: Callable[[], object]
 def test_a_refused_constructor_value_is_one_line(
     cli: ModuleType, capsys: pytest.CaptureFixture[str], in_tmp: Path, flag: str, expected: list[str]
 ) -> None:
-    line = refused_line(capsys, lambda: cli.build_cli([f"--config={CONFIGS / 'debug/tiny.yaml'}", flag], run=False))
+    line = refused(capsys, lambda: cli.build_cli([f"--config={CONFIGS / 'debug/tiny.yaml'}", flag], run=False))
     assert all(part in line for part in expected), line
     assert list(in_tmp.iterdir()) == []
 
@@ -46,7 +37,7 @@ def test_a_refused_constructor_value_is_one_line(
 def test_a_batch_size_the_loader_refuses_is_one_line_and_writes_nothing(
     run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], in_tmp: Path, batch_size: int
 ) -> None:
-    line = refused_line(capsys, lambda: run_cli("fit", f"--data.init_args.batch_size={batch_size}"))
+    line = refused(capsys, lambda: run_cli("fit", f"--data.init_args.batch_size={batch_size}"))
     assert line.startswith("error: data: GratingsDataModule.train_dataloader ("), line
     assert f"batch_size={batch_size}" in line
     assert list(in_tmp.iterdir()) == []  # Lightning had opened the event file and saved the config
