@@ -171,6 +171,20 @@ def test_answers_reach_the_project(baked: Callable[..., Path]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("key", "answer"),
+    [
+        ("description", "Finds cats 😺 and 数据 in pictures 🐈‍⬛"),  # outside the Basic Multilingual Plane, and a ZWJ
+        ("author_name", "Zoë 🦀 Ångström"),
+        ("description", 'tab\there, "quotes", back\\slash, bell \x07'),  # escapes and a control character
+    ],
+)
+def test_any_unicode_answer_gives_valid_toml(baked: Callable[..., Path], key: str, answer: str) -> None:
+    meta = tomllib.loads((baked(**{key: answer}) / "pyproject.toml").read_text(encoding="utf-8"))
+    project = meta["project"]
+    assert (project["description"] if key == "description" else project["authors"][0]["name"]) == answer
+
+
+@pytest.mark.parametrize(
     ("license_name", "marker"),
     [
         ("MIT", "Permission is hereby granted, free of charge"),

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, SMOKE_TESTS, assert_tests_pass, install
 
 # cruft works on a git repository of the template: these are all the template's files.
-TEMPLATE_FILES = ("cookiecutter.json", "hooks", "{{cookiecutter.project_slug}}")
+TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}")
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Template Test",
     "GIT_AUTHOR_EMAIL": "test@example.com",

@@ -9,8 +9,11 @@ import importlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -56,3 +59,15 @@ def run_dir_flags(run_dir: Path | str) -> list[str]:
         f"--run.experiment={run_dir.parent.name}",
         f"--run.name={run_dir.name}",
     ]
+
+
+def refused(capsys: pytest.CaptureFixture[str], command: Callable[[], object]) -> str:
+    """Runs a command that must refuse its input: exit 2, and one ``error:`` line last on stderr, which is returned."""
+    with pytest.raises(SystemExit) as exit_info:
+        command()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    assert err.strip().splitlines()[-1] == errors[0], err  # nothing after it: one line, no traceback
+    return errors[0]

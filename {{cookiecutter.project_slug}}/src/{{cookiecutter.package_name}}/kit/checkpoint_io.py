@@ -8,7 +8,10 @@ fails, or fills ``/tmp``: lightning#20270, #21253) and never fsyncs.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +21,11 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 MapLocation = Callable[..., Any] | str | torch.device | dict[str, str] | None
+_HOST = socket.gethostname()
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the message names the file. What was saved before is intact."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -44,21 +52,59 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def atomic_save(obj: object, path: Path) -> None:
-    """``torch.save(obj, path)`` through a temporary file in ``path``'s directory: flush, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # left by a writer that was killed mid-save
-        stale.unlink(missing_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    """``torch.save(obj, path)`` through a temporary file in ``path``'s directory: flush, fsync, rename.
+
+    Raises:
+        CheckpointWriteError: ``path`` cannot be written (its folder is a file, read-only, full, ...).
+    """
+    # The writer (pid@host) is in the name, so that another process's save in progress is never removed.
+    partial = path.with_name(f".{path.name}.{os.getpid()}@{_HOST}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_abandoned(path)
         with open(partial, "xb") as file:
             torch.save(obj, file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(partial, path)
-    except BaseException:
-        partial.unlink(missing_ok=True)
+        _fsync_directory(path.parent)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise CheckpointWriteError(f"cannot write checkpoint {path}: {error}") from error
         raise
-    _fsync_directory(path.parent)
+
+
+def remove_abandoned(path: Path, max_age_s: float = 24 * 3600) -> None:
+    """Deletes the temporary files of ``path`` whose writer is gone: killed mid-save, they would pile up.
+
+    Another process may be writing the same file right now (two runs sharing a folder): its temporary file
+    is never touched. A writer on this host is alive while its pid is; one on another host (a shared file
+    system), or on a system without ``kill(pid, 0)``, is judged by age only.
+    """
+    for partial in path.parent.glob(f".{path.name}.*.tmp"):
+        writer = partial.name[len(path.name) + 2 : -len(".tmp")].rpartition(".")[0]  # "<pid>@<host>"
+        pid, _, host = writer.partition("@")
+        if host == _HOST and pid.isdigit() and os.name == "posix":
+            abandoned = not _alive(int(pid))
+        else:
+            try:
+                abandoned = time.time() - partial.stat().st_mtime > max_age_s
+            except FileNotFoundError:  # its writer just renamed it into place
+                continue
+        if abandoned:
+            partial.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -9,6 +9,8 @@ command with a clear message and leaves every file as it was.
 from __future__ import annotations
 
 import pickle
+import re
+import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
+from .bad_input import plain
 from .boundaries import StepBoundary
 
 LAST, BEST = "last", "best"
@@ -44,6 +47,8 @@ class BestCheckpoint(ModelCheckpoint):
             monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``).
             mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy).
         """
+        if not monitor:
+            raise ValueError("monitor must name a logged metric, e.g. val/loss")
         super().__init__(monitor=monitor, mode=mode, filename=BEST, save_top_k=1, enable_version_counter=False)
 
 
@@ -100,14 +105,25 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
 
 def read_checkpoint(path: str) -> dict[str, Any]:
     """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used."""
+    if Path(path).stat().st_size == 0:
+        raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")
     try:
-        # mmap: tensors are mapped, not read, so this costs little even for large checkpoints.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        # mmap: tensors are mapped, not read, so this costs little even for large checkpoints. Only torch's zip
+        # format maps; the legacy format (torch < 1.6, or `_use_new_zipfile_serialization=False`) is read whole.
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[0]
+        # torch's message for a refused object names it (and carries terminal colour codes); for bytes that are
+        # no pickle at all (a damaged legacy file), it says which opcode it could not read.
+        text = plain(str(error))
+        if found := re.search(r"GLOBAL (\S+) was not an allowed global|whose module (\S+) is blocked", text):
+            raise ValueError(
+                f"checkpoint {path} holds pickled Python objects and is refused (it needs {found[1] or found[2]})."
+                " Only tensors and plain values load (torch.load weights_only=True); re-save its state_dicts from"
+                " code you trust."
+            ) from None
+        detail = text.partition("WeightsUnpickler error:")[2].strip() or text.strip()
         raise ValueError(
-            f"checkpoint {path} holds pickled Python objects and is refused ({reason}). Only tensors and plain"
-            " values load (torch.load weights_only=True); re-save its state_dicts from code you trust."
+            f"checkpoint {path} is not readable (truncated or corrupt?): {detail.splitlines()[0]}"
         ) from None
     except Exception as error:  # torch reports a damaged file as RuntimeError, EOFError, IndexError, ...
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
@@ -117,23 +133,37 @@ def read_checkpoint(path: str) -> dict[str, Any]:
 
 
 def check_checkpoint(path: str, model: torch.nn.Module) -> None:
-    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free checkpoint of ``model``'s architecture."""
+    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free checkpoint of ``model``'s architecture.
+
+    The message names the model that wrote it, and (a few of each, with their counts) the keys missing from the
+    checkpoint, those the model does not have, and those of another shape.
+    """
     checkpoint = read_checkpoint(path)
     saved, expected = checkpoint["state_dict"], model.state_dict()
     missing, unexpected = sorted(expected.keys() - saved.keys()), sorted(saved.keys() - expected.keys())
-    resized = [
-        f"{k}: {tuple(saved[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items() if _resized(saved, k, v)
-    ]
+    resized = [f"{k} {_shape(saved[k])} vs {_shape(v)}" for k, v in expected.items() if _resized(saved, k, v)]
     if missing or unexpected or resized:
         details = "; ".join(
-            f"{label} ({len(keys)}): {', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}"
-            for label, keys in (("missing", missing), ("unexpected", unexpected), ("other shape", resized))
+            f"{label} ({len(keys)}): {', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}{note}"
+            for label, keys, note in (
+                ("missing", missing, ""),
+                ("unexpected", unexpected, ""),
+                ("other shape", resized, " (checkpoint vs model)"),
+            )
             if keys
         )
+        configured = f"{type(model).__module__}.{type(model).__qualname__}"
+        writer = checkpoint.get("hyper_parameters", {}).get("_class_path")
+        by = "the same class with other arguments" if writer == configured else f"by {writer}"
         raise ValueError(
-            f"checkpoint {path} was written by a different model than the configured one ({details})."
-            " Use the config of the run that wrote it (its run directory holds config.yaml)."
+            f"checkpoint {path} was written by a different model than the configured {configured}"
+            f"{f' ({by})' if isinstance(writer, str) else ''}: {details}. Use the config of the run that wrote it"
+            " (its run directory holds config.yaml)."
         )
+
+
+def _shape(tensor: torch.Tensor) -> str:
+    return "x".join(map(str, tensor.shape)) or "scalar"
 
 
 def _resized(saved: dict[str, object], key: str, value: torch.Tensor) -> bool:

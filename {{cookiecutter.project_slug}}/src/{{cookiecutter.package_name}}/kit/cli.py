@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 from jsonargparse import auto_cli
@@ -23,7 +23,17 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
-from .checkpoint_io import AtomicCheckpointIO
+from .bad_input import (
+    BadInputError,
+    ConfigFile,
+    OneLineErrorParser,
+    RunFiles,
+    SetupPhase,
+    check_config_file,
+    describe,
+    innermost_cause,
+)
+from .checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from .checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
 from .data_checks import InvalidDataError
 from .memory import MemoryBudget
@@ -32,9 +42,10 @@ from .nonfinite import NonFiniteLossError, StopOnNonFiniteLoss
 from .preemption import INTERRUPTED_EXIT_CODE, Preemption, ctrl_c_exits_130
 from .progress import EpochLine
 from .protocol import LINKED_ATTRIBUTES
-from .provenance import Provenance, RunRecord, describe
+from .provenance import Provenance, RunRecord, describe_origin
 from .resume import ExactResume
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
+from .task_checks import StartCheck, check_monitor, check_paths, check_task, check_trainer
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -47,6 +58,13 @@ class ProjectCLI(LightningCLI):
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        # Lightning's parser, with a `--config` that names the file and the line of a problem in it.
+        kwargs.setdefault("dump_header", [f"lightning.pytorch=={pl.__version__}"])
+        parser = self.parser_class(**kwargs)
+        parser.add_argument("-c", "--config", action=ConfigFile, help="Path to a configuration file in YAML.")
+        return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The datamodule is the one place these numbers are set; the model follows it. jsonargparse skips a
@@ -61,16 +79,49 @@ class ProjectCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
         self.command = [__package__.split(".")[0], *map(str, given)]  # recorded in the run's provenance
+        for path in default_config_files():  # jsonargparse would not name the file
+            try:
+                check_config_file(path)
+            except TypeError as error:
+                parser.error(f"{error} (the default config, ${DEFAULT_CONFIG_ENV} or configs/default.yaml)")
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        seed = (self.config[subcommand] if subcommand else self.config).get("seed_everything")
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # Lightning's traceback
+            parser.error(f"seed_everything must be in [0, {2**32 - 1}] (true: a random seed, false: none), got {seed}")
         # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
         # unsafe file before it does, with a message instead of a traceback.
-        subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if isinstance(ckpt_path, str) and Path(ckpt_path).is_file():
             try:
                 read_checkpoint(ckpt_path)
             except ValueError as error:
                 parser.error(str(error))
+
+    def instantiate_classes(self) -> None:
+        # Everything is built from the config here: whatever a constructor raises is about a configured value.
+        try:
+            super().instantiate_classes()
+        except Exception as error:
+            self._refuse(innermost_cause(error))
+
+    def after_instantiate_classes(self) -> None:
+        try:
+            check_trainer(self.trainer)
+            if self.subcommand in LightningCLI.subcommands():  # the ones that write in the run directory
+                check_paths(self.trainer)
+            if self.subcommand is not None:
+                check_task(self.subcommand, self.model, self.datamodule)
+            if self.subcommand == "fit":
+                check_monitor(self.trainer, self.model, self.datamodule)
+        except BadInputError as error:
+            self._discard_new_run()  # created when the Trainer was built: nothing ran in it
+            self._refuse(error)
+
+    def _refuse(self, error: BaseException) -> NoReturn:
+        """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
+        keys = {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"}
+        self._parser(self.subcommand).error(describe(error, keys), error if isinstance(error, Exception) else None)
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self._get(self.config_init, "trainer", default={})
@@ -87,15 +138,21 @@ class ProjectCLI(LightningCLI):
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except BaseException:
-            if self.plan is not None and self.plan.create and self.record is not None and self.record.writer:
-                # A Trainer that cannot be built (bad trainer settings) leaves no run behind, nor empty folders.
-                shutil.rmtree(directory)
-                with contextlib.suppress(OSError):
-                    os.removedirs(directory.parent)
+            self._discard_new_run()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
             raise
         if self.record is not None:
             self._start_session(trainer, self.record)
         return trainer
+
+    def _discard_new_run(self) -> None:
+        """Removes the run directory this command created, with the experiment folder if it is left empty."""
+        plan, record = getattr(self, "plan", None), getattr(self, "record", None)
+        if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
+            return
+        shutil.rmtree(record.directory)
+        with contextlib.suppress(OSError):
+            os.removedirs(record.directory.parent)
+        self.record = None
 
     def _prepare_run(self, trainer_config: dict[str, Any]) -> tuple[Path, list[pl.Callback]]:
         """Decides the run directory and the checkpoint to load (see ``runs.py``), and creates the run for ``fit``.
@@ -129,7 +186,7 @@ class ProjectCLI(LightningCLI):
         self.plan = plan
         if not fitting:
             if self.origin is not None:
-                rank_zero_info(describe(self.origin, str(plan.ckpt_path)))
+                rank_zero_info(describe_origin(self.origin, str(plan.ckpt_path)))
             return plan.directory or plan.experiment_dir, []
         directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
         if plan.resumed:
@@ -166,11 +223,24 @@ class ProjectCLI(LightningCLI):
         record.start_session(trainer, self.command, seed, self.config_init[self.subcommand].get("ckpt_path"))
 
     def _run_subcommand(self, subcommand: str) -> None:
-        # LightningCLI's runner, with Ctrl-C exiting 130 and the end of the run's session recorded, however it ends.
+        """LightningCLI's runner, with Ctrl-C exiting 130 and the end of the run's session recorded, however it ends.
+
+        A value the task's own hooks refuse (a DataLoader with batch_size 0, an optimizer with a negative LR)
+        surfaces inside the Trainer, after Lightning opened its files: it is refused as bad input, and what
+        the command wrote is taken back.
+        """
+        setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
+        files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
         with ctrl_c_exits_130():
             try:
                 super()._run_subcommand(subcommand)
             except BaseException as error:
+                if isinstance(error, Exception) and setup.refuses(error):
+                    if not setup.trained:
+                        if files is not None:
+                            files.restore()
+                        self._discard_new_run()
+                    self._refuse(error)
                 if self.record is not None:
                     self.record.end_session(error)
                 raise
@@ -183,7 +253,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
 
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
-    callbacks: list[pl.Callback] = [ExactResume(), Preemption(), StopOnNonFiniteLoss()]
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFiniteLoss()]
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
@@ -237,13 +307,14 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
-    main_parser = {"allow_abbrev": False} if run else settings
+    main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0]} if run else settings
     return ProjectCLI(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_class=ProjectTrainer,
+        parser_class=OneLineErrorParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
         auto_configure_optimizers=False,
@@ -257,9 +328,15 @@ def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
 def main(args: ArgsType = None) -> None:
     """Entry point of the console script and of ``python -m``.
 
-    Exit codes: 0 done; 1 training stopped on bad data or a non-finite loss (one ``error:`` line says where);
-    2 bad command line, config or checkpoint; 130 interrupted (Ctrl-C; ``fit`` saved ``last.ckpt``); 143
-    preempted (SIGTERM; ``fit`` saved ``last.ckpt``: rerun with ``--ckpt_path last``).
+    Exit codes, each failure with one ``error:`` line:
+
+    - 0: done.
+    - 1: training stopped: bad data, a non-finite loss, or a checkpoint that cannot be written (what was saved
+      before is intact).
+    - 2: bad input: command line, config file, a value a class refuses, a task missing a method the
+      subcommand needs, a checkpoint that cannot be used. Nothing is written (see ``bad_input.py``).
+    - 130: interrupted (Ctrl-C; ``fit`` finished the optimizer step and saved ``last.ckpt``).
+    - 143: preempted (SIGTERM; ``fit`` saved ``last.ckpt``: rerun with ``--ckpt_path last``).
 
     ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config.
     """
@@ -269,7 +346,7 @@ def main(args: ArgsType = None) -> None:
             auto_cli(list_runs, args=argv[1:], prog=f"{__package__.split('.')[0]} runs")
             return
         build_cli(args)
-    except (InvalidDataError, NonFiniteLossError) as error:
+    except (InvalidDataError, NonFiniteLossError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")
     except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
         sys.exit(INTERRUPTED_EXIT_CODE)

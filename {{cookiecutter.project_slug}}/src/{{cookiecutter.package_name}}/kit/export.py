@@ -14,6 +14,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
 FORMATS = ("torch_export", "onnx")
@@ -43,15 +44,25 @@ def check_formats(formats: Sequence[str]) -> None:
         )
 
 
-def example_batch(datamodule: pl.LightningDataModule, max_samples: int) -> Tensor:
-    """Real inputs to trace and check with: the start of the first predict batch (its first element if a tuple)."""
-    datamodule.prepare_data()
-    datamodule.setup("predict")
-    batch = next(iter(datamodule.predict_dataloader()))
+def export_dir(checkpoint: Path) -> Path:
+    """``<run>/export`` for ``<run>/checkpoints/<name>.ckpt``; ``export`` next to a checkpoint found elsewhere."""
+    folder = checkpoint.parent
+    return (folder.parent if folder.name == "checkpoints" else folder) / "export"
+
+
+def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule | None, max_samples: int) -> Tensor:
+    """Inputs to trace and check with: the start of the first predict batch (its first element if a tuple), or
+    the model's ``example_input_array`` when the data has no ``predict_dataloader``."""
+    if datamodule is not None and is_overridden("predict_dataloader", datamodule):
+        datamodule.prepare_data()
+        datamodule.setup("predict")
+        batch = next(iter(datamodule.predict_dataloader()))
+    else:
+        batch = model.example_input_array
     inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
     if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
-        raise ValueError(f"the first predict batch has {len(inputs)} sample(s): export needs at least 2")
+        raise ValueError(f"the example input batch has {len(inputs)} sample(s): export needs at least 2")
     return inputs[:max_samples].float()
 
 

@@ -225,7 +225,7 @@ class Provenance(Callback):
         checkpoint["provenance"] = self.record.for_checkpoint(self.config)
 
 
-def describe(checkpoint: dict[str, Any], path: str) -> str:
+def describe_origin(checkpoint: dict[str, Any], path: str) -> str:
     """One line: where a checkpoint came from (its run, step, first session's start, commit and command)."""
     record = checkpoint.get("provenance")
     where = f"epoch {checkpoint.get('epoch')}, step {checkpoint.get('global_step')}"

@@ -54,6 +54,7 @@ class Classifier(pl.LightningModule):
         self.save_hyperparameters()
         if live := [name for name, value in self.hparams.items() if not _is_plain(value)]:
             self.save_hyperparameters(ignore=live)
+        check_optimization(optimizer, scheduler)
         self.network = network(num_classes, input_shape)
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
@@ -109,6 +110,25 @@ class Classifier(pl.LightningModule):
         self.log(f"{stage}/loss", mean_loss, on_step=on_step, on_epoch=True, prog_bar=True)
         self.log(f"{stage}/acc", accuracy, on_step=on_step, on_epoch=True, prog_bar=stage != "train")
         return loss
+
+
+def check_optimization(optimizer: OptimizerCallable, scheduler: ScheduleCallable | None) -> None:
+    """Builds the optimizer and the schedule once, on a stand-in parameter, and raises what they refuse.
+
+    ``configure_optimizers`` builds them only inside ``fit``, after the data is set up: a negative learning rate
+    or a warmup fraction above 1 is refused here, when the model is built, instead. The schedule's length is
+    not known yet; an ample one checks every other argument.
+    """
+    try:
+        probe = optimizer([nn.Parameter(torch.zeros(1))])
+    except ValueError as error:
+        raise ValueError(f"optimizer: {error}") from None
+    if scheduler is None:
+        return
+    try:
+        scheduler(probe, 2**31)
+    except ValueError as error:
+        raise ValueError(f"scheduler: {error}") from None
 
 
 def _is_plain(value: object) -> bool:

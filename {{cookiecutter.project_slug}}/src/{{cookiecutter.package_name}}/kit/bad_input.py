@@ -1,0 +1,264 @@
+"""Bad input: one ``error:`` line naming the key, file or class and the problem, exit 2, and nothing written.
+
+A value can be refused at four moments, and each ends the same way:
+
+1. while the command line and config files are parsed: jsonargparse's multi-line type errors are condensed
+   to one line (``OneLineErrorParser``), and a config file that is not a YAML mapping is named with the
+   line and column of the problem (``ConfigFile``);
+2. while the configured classes are built: whatever a constructor raises (a ``ValueError``, Lightning's
+   ``MisconfigurationException`` from the Trainer, a missing optional package) is about a configured value;
+3. by the kit's checks of the Trainer, the paths and the task (``task_checks.py``) before the subcommand starts;
+4. while the subcommand sets itself up, before its first batch: a DataLoader built with ``batch_size=0``
+   in the user's ``train_dataloader``, an optimizer refusing its learning rate in ``configure_optimizers``.
+   By then Lightning has opened the run's event file and saved its config: ``RunFiles`` takes back what
+   this command added to the run directory.
+
+The key is found by walking the traceback to the outermost frame of a configured object (the datamodule,
+the model, a callback, the Trainer): ``data: SequenceData.train_dataloader (fixture_task.py:81): batch_size
+should be a positive integer value, but got batch_size=0``. Errors raised once batches flow are bugs or data
+problems, not input: they keep their traceback. ``JSONARGPARSE_DEBUG=1`` shows a refused value's traceback too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NoReturn
+
+import lightning.pytorch as pl
+import yaml
+from jsonargparse import ActionConfigFile
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningArgumentParser
+
+from .data_checks import InvalidDataError
+
+
+class BadInputError(ValueError):
+    """A value of the command line or config that cannot work; the message starts with its key."""
+
+
+SETUP_ERRORS = (ValueError, TypeError, MisconfigurationException, FileNotFoundError, NotADirectoryError)
+"""What the setup hooks raise for a bad value or path, before the first batch."""
+
+# (config key, the objects it configures), first match wins: the data and the model before the callbacks
+# and the Trainer that call into them.
+OWNERS: tuple[tuple[str, type], ...] = (
+    ("data", pl.LightningDataModule),
+    ("model", pl.LightningModule),
+    ("trainer.callbacks", Callback),
+    ("trainer", pl.Trainer),
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes (torch and Lightning put some in their messages)."""
+    return _ANSI.sub("", text)
+
+
+def condense(message: str) -> str:
+    """jsonargparse's multi-line type error as one line: the key, then each specific reason.
+
+    ``Parser key "seed_everything": Does not validate against any of the Union subtypes / Subtypes: [...] /
+    Errors: - Expected a <class 'bool'> - Expected a <class 'int'> / Given value type: ... / Given value: abc``
+    becomes ``seed_everything: expected bool or int; got 'abc'``. A message of another shape is returned as is.
+    """
+    lines = message.strip().splitlines()
+    header = re.fullmatch(r'Parser key "([^"]+)":\s*(.*)', lines[0]) if lines else None
+    if header is None or len(lines) == 1:
+        return message
+    given, reasons = None, []
+    for line in [header[2], *lines[1:]]:
+        text = line.strip()
+        if text.startswith("Given value:"):
+            given = text.removeprefix("Given value:").strip()
+        elif text.startswith("- "):
+            reasons.append(text[2:])
+        elif text and not text.startswith(_NOISE) and reasons:
+            reasons[-1] += " " + text  # a nested error's own lines
+        elif text and not text.startswith(_NOISE):
+            reasons.append(text)
+    # `null` is accepted by every optional key: not a reason worth listing.
+    reasons = [r for r in dict.fromkeys(reasons) if r != "Expected a <class 'NoneType'>" and not r.startswith(_NOISE)]
+    if not reasons:
+        return message
+    if all(_EXPECTED_TYPE.fullmatch(r) for r in reasons) and given is not None:
+        types = [_short_types(r.removeprefix("Expected a ")) for r in reasons]
+        if all(t.startswith("typing.Literal[") for t in types):
+            return f"{header[1]}: expected one of {', '.join(t[15:-1] for t in types)}; got {given!r}"
+        return f"{header[1]}: expected {' or '.join(types)}; got {given!r}"
+    return f"{header[1]}: {'; '.join(map(_short_types, reasons))}"
+
+
+def _short_types(text: str) -> str:
+    """``<class 'collections.abc.Iterable'>`` as ``Iterable``."""
+    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+
+
+_EXPECTED_TYPE = re.compile(r"Expected a (<class '[\w.]+'>|typing\.\w+\[.*\])")
+_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:")
+
+
+def describe(error: BaseException, keys: dict[type, str] | None = None) -> str:
+    """``<key>: <Class>[.<method>] (<file>:<line>): <message>``: where a refused value came from, and why.
+
+    ``keys`` maps classes to their config key where it is not the default of ``OWNERS`` (e.g. the checkpoint
+    callbacks, configured by their own keys).
+    """
+    lines = [line.strip() for line in plain(str(error)).strip().splitlines() if line.strip()]
+    message = lines[0] if lines else type(error).__name__
+    if isinstance(error, BadInputError):
+        return message
+    owner = _owner_frame(error.__traceback__, keys or {})
+    if owner is None:
+        return message
+    key, cls, function, place = owner
+    if key == "trainer":
+        return f"{key}: {message}"
+    where = cls.__name__ if function == "__init__" else f"{cls.__name__}.{function}"
+    return f"{key}: {where} ({place}): {message}"
+
+
+def innermost_cause(error: BaseException) -> BaseException:
+    """The exception at the bottom of a ``raise ... from`` chain: jsonargparse wraps a constructor's error in a
+    ``ValueError`` that ends with a dump of the whole config."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def _owner_frame(traceback: TracebackType | None, keys: dict[type, str]) -> tuple[str, type, str, str] | None:
+    """The config key, class, function and ``file:line`` of the outermost frame in a configured object's method."""
+    frames = []
+    while traceback is not None:
+        frames.append((traceback.tb_frame, traceback.tb_lineno))
+        traceback = traceback.tb_next
+    owners = [*((key, cls) for cls, key in keys.items()), *OWNERS]
+    for key, cls in owners:
+        for frame, line in frames:
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, cls):
+                return key, type(owner), frame.f_code.co_name, f"{Path(frame.f_code.co_filename).name}:{line}"
+    return None
+
+
+class ConfigFile(ActionConfigFile):
+    """``--config FILE``, refused with the file's name (and line) when it is empty, not YAML or not a mapping.
+
+    jsonargparse reports these as ``Unexpected config:`` or a YAML error located in ``<unicode string>``.
+    """
+
+    def __call__(self, parser: object, cfg: object, values: object, option_string: str | None = None) -> None:
+        if isinstance(values, str) and Path(values).is_file():
+            check_config_file(values)
+        super().__call__(parser, cfg, values, option_string)
+
+
+def check_config_file(path: str | Path) -> None:
+    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping."""
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise TypeError(f"config {path} is not a text file") from None
+    except yaml.MarkedYAMLError as error:
+        raise TypeError(f"config {path}{_at(error.problem_mark)}: {error.problem} ({_context(error)})") from None
+    except yaml.YAMLError as error:
+        raise TypeError(f"config {path}: {plain(str(error)).splitlines()[0]}") from None
+    if loaded is None:
+        raise TypeError(f"config {path} is empty: it should map keys to values, e.g. `trainer:` with `max_epochs: 5`")
+    if not isinstance(loaded, dict):
+        raise TypeError(
+            f"config {path} holds a {type(loaded).__name__}, not a mapping of keys (`trainer:`, `model:`, ...)"
+        )
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _context(error: yaml.MarkedYAMLError) -> str:
+    """What the YAML parser was reading, and where that started: "while parsing a flow sequence at line 2, ..."."""
+    if error.context is None:
+        return "YAML syntax"
+    return f"YAML syntax: {error.context}{_at(error.context_mark).replace(',', ' at', 1)}"
+
+
+class OneLineErrorParser(LightningArgumentParser):
+    """Lightning's parser, whose errors are the ``tip:`` and one ``error:`` line."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        super().error(condense(message), ex)
+
+    def print_usage(self, file: Any = None) -> None:
+        """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
+
+
+class SetupPhase(Callback):
+    """Tells whether the running command is still setting up (no batch yet) and whether it has trained."""
+
+    def __init__(self) -> None:
+        self.batches_started = False
+        self.trained = False
+
+    def refuses(self, error: Exception) -> bool:
+        """Whether ``error``, raised by the running command, is bad input rather than a bug or bad data."""
+        if isinstance(error, (BadInputError, MisconfigurationException)):
+            return True
+        # Bad data has its own exit code; once batches flow, errors are the code's or the data's.
+        return isinstance(error, SETUP_ERRORS) and not isinstance(error, InvalidDataError) and not self.batches_started
+
+    def on_train_batch_start(self, *args: object) -> None:
+        self.batches_started = self.trained = True
+
+    def on_validation_batch_start(self, *args: object) -> None:
+        self.batches_started = True
+
+    def on_test_batch_start(self, *args: object) -> None:
+        self.batches_started = True
+
+    def on_predict_batch_start(self, *args: object) -> None:
+        self.batches_started = True
+
+
+class RunFiles:
+    """Takes back what a command refused while setting up has written into its run directory.
+
+    A run directory that did not exist before the command is removed, with the parents made for it. In one
+    that existed, only this process's TensorBoard event files are removed: another command may be writing there
+    at the same time (a ``validate`` next to a running ``fit``), and a file that existed is never touched.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.remote = "://" in str(run_dir)  # object storage: nothing to take back here
+        self.run_dir = Path(run_dir).absolute()
+        self.first_new = None if self.remote else next((p for p in _ancestors(self.run_dir) if not p.exists()), None)
+        self.events = set() if self.remote else set(self.run_dir.glob(_own_events()))
+
+    def restore(self) -> None:
+        """Removes what was added since this object was made."""
+        if self.remote:
+            return
+        if self.first_new is not None:
+            shutil.rmtree(self.first_new, ignore_errors=True)
+            return
+        for path in set(self.run_dir.glob(_own_events())) - self.events:
+            path.unlink(missing_ok=True)
+
+
+def _own_events() -> str:
+    """The pattern of this process's TensorBoard event files (TensorBoard names them by host and pid)."""
+    return f"events.out.tfevents.*.{socket.gethostname()}.{os.getpid()}.*"
+
+
+def _ancestors(path: Path) -> Iterable[Path]:
+    """``path`` and its parents, outermost first."""
+    path = path.absolute()
+    return [*reversed(path.parents), path]

@@ -1,0 +1,167 @@
+"""Checks before a subcommand runs: the Trainer's settings, the paths it writes to, and what the task provides.
+
+Each raises ``BadInputError`` naming the key, or the class and the method it lacks, before any hook of the task
+runs and before anything is written. Lightning accepts some of these values and fails later (a division by
+zero after the first epoch for ``check_val_every_n_epoch: 0``) or ignores them (a negative
+``gradient_clip_val`` clips nothing); others it refuses deep inside ``fit`` with a generic message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from .bad_input import BadInputError
+from .checkpoints import BestCheckpoint
+
+# The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
+NEEDS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "fit": (("training_step", "configure_optimizers"), "train_dataloader"),
+    "validate": (("validation_step",), "val_dataloader"),
+    "test": (("test_step",), "test_dataloader"),
+    "predict": ((), "predict_dataloader"),
+    "schedule": (("configure_optimizers",), "train_dataloader"),
+}
+
+
+def check_trainer(trainer: pl.Trainer) -> None:
+    """Refuses Trainer settings that Lightning accepts but cannot honour."""
+    if trainer.accumulate_grad_batches < 1:
+        raise BadInputError(f"trainer.accumulate_grad_batches must be >= 1, got {trainer.accumulate_grad_batches}")
+    clip = trainer.gradient_clip_val
+    if clip is not None and not (clip >= 0 and math.isfinite(clip)):  # Lightning skips clipping for clip <= 0
+        raise BadInputError(f"trainer.gradient_clip_val must be >= 0 (0 or null: no clipping), got {clip}")
+    every = trainer.check_val_every_n_epoch
+    if every is not None and every < 1:
+        raise BadInputError(f"trainer.check_val_every_n_epoch must be >= 1 or null, got {every}")
+    interval = trainer.val_check_interval
+    if isinstance(interval, (int, float)) and interval <= 0:
+        raise BadInputError(f"trainer.val_check_interval must be > 0, got {interval}")
+    if trainer.num_sanity_val_steps < 0:  # -1 (all batches) is stored as inf
+        raise BadInputError(f"trainer.num_sanity_val_steps must be >= -1, got {trainer.num_sanity_val_steps}")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices > cores:
+        # Each CPU process wants at least a core of its own; more only slows every process down.
+        raise BadInputError(
+            f"trainer.devices: {trainer.num_devices} processes on this machine's {cores} CPU cores would share"
+            f" cores: use --trainer.devices {cores} or fewer"
+        )
+
+
+def check_paths(trainer: pl.Trainer) -> None:
+    """Refuses a ``default_root_dir``, logger folder or checkpoint folder that cannot be created or written."""
+    folders = {"trainer.default_root_dir": trainer.default_root_dir, "run directory": trainer.log_dir}
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
+            folders[f"{type(callback).__name__} dirpath"] = callback.dirpath
+    for key, folder in folders.items():
+        if folder is None or "://" in str(folder):  # remote storage: checked by its own client
+            continue
+        path = Path(folder)
+        existing = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
+        if existing == path and not path.is_dir():
+            raise BadInputError(f"{key}: {path} is a file, not a folder")
+        if not existing.is_dir():
+            raise BadInputError(f"{key}: cannot create {path}: {existing} is a file, not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise BadInputError(f"{key}: cannot write in {existing} (permission denied)")
+
+
+def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
+    """Refuses a task that lacks a method or loader ``subcommand`` calls, naming the class and the method."""
+    methods, loader = NEEDS.get(subcommand, ((), None))
+    for method in methods:
+        if not is_overridden(method, model):
+            raise BadInputError(f"model: {type(model).__name__} has no {method}(), which `{subcommand}` needs")
+    if subcommand == "predict" and not (is_overridden("predict_step", model) or is_overridden("forward", model)):
+        raise BadInputError(f"model: {type(model).__name__} has no predict_step() or forward(): `predict` needs one")
+    if loader is not None and not has_loader(loader, model, datamodule):
+        raise BadInputError(f"data: {_data_name(model, datamodule)} has no {loader}(), which `{subcommand}` needs")
+    if subcommand == "export":
+        if not is_overridden("forward", model):
+            raise BadInputError(f"model: {type(model).__name__} has no forward(), the function `export` traces")
+        if model.example_input_array is None and not has_loader("predict_dataloader", model, datamodule):
+            raise BadInputError(
+                f"data: {_data_name(model, datamodule)} has no predict_dataloader() and model: {type(model).__name__}"
+                " no example_input_array: `export` needs one of them for an input batch to trace"
+            )
+
+
+def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
+    """Refuses a validation metric monitored (by ``best_checkpoint``, an ``EarlyStopping``) when nothing validates."""
+    for key, monitor in monitored_metrics(trainer):
+        if not is_validation_metric(monitor):
+            continue
+        if not is_overridden("validation_step", model):
+            missing = f"{type(model).__name__} has no validation_step()"
+        elif not has_loader("val_dataloader", model, datamodule):
+            missing = f"{_data_name(model, datamodule)} has no val_dataloader()"
+        else:  # validation switched off (`limit_val_batches: 0`) is a choice: Lightning warns, no best.ckpt
+            continue
+        raise BadInputError(
+            f"{key}: {monitor!r} is a validation metric, but {missing}: validate, or monitor a training metric"
+            " (e.g. train/loss)"
+        )
+
+
+class StartCheck(Callback):
+    """The loaders ``fit`` starts with: the monitored validation metric is logged, the train loader not empty.
+
+    Lightning notices an unlogged monitored metric at the first save, an epoch later; the sanity check's
+    validation has logged every validation metric before the first training step. An empty train loader
+    makes Lightning end ``fit`` with an info line and exit 0 (the loader is built by Lightning, not here:
+    built earlier, it would lose the position a resumed run restores into it, see lightning#20550).
+    """
+
+    def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        logged = sorted(key for key in trainer.callback_metrics if is_validation_metric(key))
+        for key, monitor in monitored_metrics(trainer):
+            if not is_validation_metric(monitor):
+                continue
+            if sum(trainer.num_sanity_val_batches) == 0:
+                raise BadInputError(
+                    f"{key}: {monitor!r} is a validation metric, but"
+                    f" {_data_name(pl_module, trainer.datamodule)}.val_dataloader() yields no batch"
+                )
+            if monitor not in logged:
+                raise BadInputError(
+                    f"{key}: {type(pl_module).__name__} never logs {monitor!r}; its validation logs"
+                    f" {', '.join(logged) or 'nothing'}"
+                )
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.num_training_batches == 0 and trainer.limit_train_batches != 0:
+            raise BadInputError(
+                f"data: {_data_name(pl_module, trainer.datamodule)}.train_dataloader() yields no batch (is the"
+                " training set smaller than one batch, with drop_last?)"
+            )
+
+
+def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:
+    """``(key, metric)`` of each callback that keeps checkpoints or stops the run by a logged metric."""
+    found = []
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, (ModelCheckpoint, EarlyStopping)) and callback.monitor:
+            key = f"trainer.callbacks: {type(callback).__name__}.monitor"
+            found.append(("best_checkpoint.monitor" if isinstance(callback, BestCheckpoint) else key, callback.monitor))
+    return found
+
+
+def is_validation_metric(name: str) -> bool:
+    """Whether ``name`` reads as a validation metric: ``val/loss``, ``val_acc``, ``valid/...``, ``validation/...``."""
+    return name.split("/")[0].split("_")[0] in {"val", "valid", "validation"}
+
+
+def has_loader(hook: str, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> bool:
+    """Whether the datamodule or the model defines the loader hook (Lightning takes it from either)."""
+    return is_overridden(hook, datamodule) or is_overridden(hook, model)
+
+
+def _data_name(model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> str:
+    return type(datamodule if datamodule is not None else model).__name__

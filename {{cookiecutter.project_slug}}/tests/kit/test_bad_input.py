@@ -1,0 +1,279 @@
+"""Bad input on the fixture task: one ``error:`` line naming the key (or file, or class), exit 2, nothing written.
+
+Values, config files and a task missing what a command needs; checkpoints and export: test_bad_checkpoints.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import lightning.pytorch as pl
+import pytest
+import torch
+import torch.nn.functional as F
+from support import refused
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+RunCli = Callable[..., object]
+
+
+def refused_cli(run_cli: RunCli, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """The one ``error:`` line of a command that must exit 2."""
+    return refused(capsys, lambda: run_cli(*args))
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+# --- values the configured classes refuse, early or late --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # Refused by torch's DataLoader in the fixture's train_dataloader, inside `fit`, after Lightning opened the
+        # event file and saved the config: both are taken back.
+        (["--data.init_args.batch_size=0"], ["data: SequenceData.train_dataloader (fixture_task.py:", "batch_size=0"]),
+        (["--data.init_args.batch_size=-1"], ["data: SequenceData.train_dataloader", "batch_size=-1"]),
+        (["--data.init_args.num_workers=-1"], ["data: SequenceData.train_dataloader", "num_workers"]),
+        (["--data.init_args.train_size=0"], ["data: SequenceData.train_dataloader", "num_samples=0"]),
+        # Refused by torch's AdamW in the fixture's configure_optimizers, inside `fit`.
+        (["--model.init_args.lr=-1"], ["model: SequenceRegressor.configure_optimizers", "Invalid learning rate: -1.0"]),
+        # Refused while the model is built (jsonargparse wraps the error in a dump of the whole config).
+        (["--model.init_args.hidden=-3"], ["model: SequenceRegressor (fixture_task.py:", "negative dimension -3"]),
+        (["--last_checkpoint.every_n_train_steps=0"], ["last_checkpoint: LastCheckpoint", ">= 1 or null, got 0"]),
+        # Refused by the Trainer's constructor.
+        (["--trainer.max_epochs=-5"], ["trainer: `max_epochs` must be a non-negative integer or -1"]),
+        (["--trainer.devices=0"], ["trainer: `Trainer(devices="]),
+        (["--trainer.accelerator=tpu"], ["trainer: Requirement 'torch_xla"]),  # a package the choice needs
+        # Accepted by Lightning, then a ZeroDivisionError (or silently ignored): refused by the kit's checks.
+        (["--trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches must be >= 1, got 0"]),
+        (["--trainer.gradient_clip_val=-1"], ["trainer.gradient_clip_val must be >= 0 (0 or null: no clipping)"]),
+        (["--trainer.check_val_every_n_epoch=0"], ["trainer.check_val_every_n_epoch must be >= 1 or null, got 0"]),
+        (["--trainer.val_check_interval=0"], ["trainer.val_check_interval must be > 0, got 0"]),
+        (["--trainer.num_sanity_val_steps=-5"], ["trainer.num_sanity_val_steps must be >= -1, got -5"]),
+        (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
+        (["--best_checkpoint.monitor="], ["best_checkpoint: BestCheckpoint (", "monitor must name a logged metric"]),
+        # The monitored metric: never logged, or logged on an empty validation set.
+        (
+            ["--best_checkpoint.monitor=val/acc"],
+            ["SequenceRegressor never logs 'val/acc'; its validation logs val/loss"],
+        ),
+        (["--data.init_args.val_size=0"], ["'val/loss' is a validation metric, but SequenceData.val_dataloader()"]),
+        (
+            ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val/nope"],
+            ["trainer.callbacks: EarlyStopping.monitor: SequenceRegressor never logs 'val/nope'"],
+        ),
+    ],
+)
+def test_a_refused_value_names_its_key_and_writes_nothing(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, args: list[str], expected: list[str]
+) -> None:
+    line = refused_cli(run_cli, capsys, "fit", *args)
+    assert all(part in line for part in expected), line
+    assert files_in(in_tmp) == []  # no run directory, config or events
+
+
+def test_in_a_process_a_refused_value_exits_2_with_one_line(
+    run_process: Callable[..., subprocess.CompletedProcess[str]], in_tmp: Path
+) -> None:
+    # The exit-code contract of `main`: 2 for bad input, and the error line is the last thing printed.
+    process = run_process("fit", "--data.init_args.batch_size=0")
+    assert process.returncode == 2, process.stdout[-3000:]
+    assert process.stdout.strip().splitlines()[-1].startswith("error: data: SequenceData.train_dataloader")
+    assert "Traceback" not in process.stdout
+    assert files_in(in_tmp) == ["out.log"]
+
+
+def test_negative_clip_value_is_not_silently_ignored(run_cli: RunCli, capsys: pytest.CaptureFixture[str]) -> None:
+    # Lightning skips clipping for any value <= 0: the run trained exactly as the unclipped one.
+    for algorithm in ("norm", "value"):
+        line = refused_cli(
+            run_cli, capsys, "fit", "--trainer.gradient_clip_val=-1", f"--trainer.gradient_clip_algorithm={algorithm}"
+        )
+        assert "got -1" in line
+
+
+def test_more_cpu_processes_than_cores_are_refused(run_cli: RunCli, capsys: pytest.CaptureFixture[str]) -> None:
+    cores = len(os.sched_getaffinity(0))
+    line = refused_cli(run_cli, capsys, "fit", "--trainer.strategy=ddp", f"--trainer.devices={cores + 1}")
+    assert f"trainer.devices: {cores + 1} processes on this machine's {cores} CPU cores" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--trainer.default_root_dir=a_file/runs"],
+            "trainer.default_root_dir: cannot create a_file/runs: a_file is a file",
+        ),
+        (["--trainer.default_root_dir=a_file"], "trainer.default_root_dir: a_file is a file, not a folder"),
+        (
+            ["--trainer.logger=TensorBoardLogger", "--trainer.logger.init_args.save_dir=a_file/logs"],
+            "run directory: cannot create a_file/logs",
+        ),
+    ],
+)
+def test_a_save_folder_that_cannot_be_made_is_named_before_training(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, args: list[str], message: str
+) -> None:
+    # Tests run as root, whom a read-only folder does not stop: a path under a regular file stands for any
+    # folder that cannot be created.
+    Path("a_file").write_text("not a folder")
+    assert message in refused_cli(run_cli, capsys, "fit", *args)
+    assert files_in(in_tmp) == ["a_file"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed_everything=abc"], "error: seed_everything: expected bool or int; got 'abc'"),
+        (["--trainer.precision=17"], "error: trainer.precision: expected one of 64, 32, 16, 'transformer-engine'"),
+        (["--best_checkpoint.mode=up"], "error: best_checkpoint.mode: Expected a typing.Literal['min', 'max']"),
+        (["--model.init_args.optimizer=adam"], "optimizer: Expected a typing.Literal['adamw', 'sgd']. Got value: adam"),
+        (
+            ["--model.class_path=torch.nn.Linear"],
+            "error: model: Import path torch.nn.Linear does not correspond to a subclass of LightningModule",
+        ),
+        (["--data.class_path=nowhere.Data"], "error: data: Problem with given class_path 'nowhere.Data': No module"),
+        (["--trainer.callbacks+=NoSuchCallback"], "error: trainer.callbacks: Expected a path but NoSuchCallback"),
+    ],
+)
+def test_a_type_error_is_one_line_without_the_usage(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # jsonargparse prints ~60 lines of usage, then a multi-line error ending in a dump of the given value.
+    assert message in refused_cli(run_cli, capsys, "fit", *args)
+
+
+# --- a task that lacks what a subcommand needs ------------------------------------------------------------------
+
+
+class Bare(pl.LightningModule):
+    """A network and nothing else: no training_step, no configure_optimizers."""
+
+    def __init__(self, input_shape: tuple[int, ...] = (16,)) -> None:
+        super().__init__()
+        self.net = nn.Linear(input_shape[0], 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class StepOnly(Bare):
+    """A training step, but no optimizer."""
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return F.mse_loss(self(batch[0]), batch[1])
+
+
+class ConstantRate(StepOnly):
+    """Plain SGD at a constant rate: nothing asks for the number of steps before training starts."""
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class NoLoaders(pl.LightningDataModule):
+    """Knows its shape, provides no loader."""
+
+    input_shape = (16,)
+
+
+class TrainOnly(pl.LightningDataModule):
+    """32 training sequences and no validation set."""
+
+    input_shape = (16,)
+
+    def __init__(self, batch_size: int = 8, drop_last: bool = False) -> None:
+        super().__init__()
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def train_dataloader(self) -> DataLoader:
+        data = TensorDataset(torch.randn(32, 16), torch.randn(32, 1))
+        return DataLoader(data, batch_size=self.batch_size, drop_last=self.drop_last)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["fit", "--model=test_bad_input.Bare"], "model: Bare has no training_step(), which `fit` needs"),
+        (
+            ["fit", "--model=test_bad_input.StepOnly"],
+            "model: StepOnly has no configure_optimizers(), which `fit` needs",
+        ),
+        (["fit", "--data=test_bad_input.NoLoaders"], "data: NoLoaders has no train_dataloader(), which `fit` needs"),
+        (["validate", "--data=test_bad_input.TrainOnly"], "data: TrainOnly has no val_dataloader(), which `validate`"),
+        (["test", "--model=test_bad_input.StepOnly"], "model: StepOnly has no test_step(), which `test` needs"),
+        (
+            ["predict", "--data=test_bad_input.NoLoaders"],
+            "data: NoLoaders has no predict_dataloader(), which `predict`",
+        ),
+        (
+            ["export", "--data=test_bad_input.NoLoaders", "--ckpt_path=best"],
+            "data: NoLoaders has no predict_dataloader() and model: SequenceRegressor no example_input_array",
+        ),
+        (
+            ["fit", "--data=test_bad_input.TrainOnly"],  # fixture.yaml monitors val/loss
+            "best_checkpoint.monitor: 'val/loss' is a validation metric, but TrainOnly has no val_dataloader()",
+        ),
+        (
+            [
+                "fit",
+                "--model=test_bad_input.ConstantRate",
+                "--data=test_bad_input.TrainOnly",
+                "--data.init_args.batch_size=64",  # more than the 32 samples, and the short batch dropped
+                "--data.init_args.drop_last=true",
+            ],
+            "data: TrainOnly.train_dataloader() yields no batch",
+        ),
+    ],
+)
+def test_a_task_missing_what_the_subcommand_needs_is_named(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, args: list[str], message: str
+) -> None:
+    flags = ["--best_checkpoint.monitor=train/loss"] if "drop_last" in str(args) else []
+    assert message in refused_cli(run_cli, capsys, *args, *flags)
+    assert files_in(in_tmp) == []
+
+
+# --- config files -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "config bad.yaml is empty"),
+        ("# only a comment\n", "config bad.yaml is empty"),
+        ("trainer:\n  max_epochs: [1\n", "config bad.yaml, line 3, column 1: expected ',' or ']'"),
+        ("trainer:\n\tmax_epochs: 2\n", "config bad.yaml, line 2, column 1: found character '\\t'"),
+        ("- trainer\n- model\n", "config bad.yaml holds a list, not a mapping of keys"),
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "config bad.yaml is not a text file"),
+    ],
+    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary"],
+)
+def test_a_bad_config_file_is_named_with_the_line(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], content: str | bytes, message: str
+) -> None:
+    path = Path("bad.yaml")
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+    assert message in refused_cli(run_cli, capsys, "fit", "--config=bad.yaml")
+
+
+def test_a_folder_given_as_config_is_named(run_cli: RunCli, capsys: pytest.CaptureFixture[str]) -> None:
+    Path("configs").mkdir()
+    assert "Path is not a file" in refused_cli(run_cli, capsys, "fit", "--config=configs")
+
+
+def test_a_broken_default_config_is_named(
+    cli: ModuleType, run_cli: RunCli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Path("default.yaml").write_text("trainer:\n  max_epochs: 2\n model: x\n")
+    monkeypatch.setenv(cli.DEFAULT_CONFIG_ENV, "default.yaml")
+    assert "config default.yaml, line 3, column" in refused_cli(run_cli, capsys, "fit")

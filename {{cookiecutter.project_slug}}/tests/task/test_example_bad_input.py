@@ -1,0 +1,43 @@
+"""Bad values for the example task: one ``error:`` line naming the key and the class, exit 2, nothing written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from support import CONFIGS, refused
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        # Built on a stand-in parameter by the Classifier, instead of inside `fit` by configure_optimizers.
+        ("--model.init_args.optimizer.init_args.lr=-0.1", ["model: Classifier (", "optimizer: Invalid learning rate"]),
+        (
+            "--model.init_args.scheduler.init_args.warmup_fraction=1.5",
+            ["model: Classifier (", "scheduler: warmup_fraction must be in [0, 1], got 1.5"],
+        ),
+        ("--data.init_args.image_size=1", ["model: Classifier (", "image size 1x1 must be divisible by"]),
+        ("--data.init_args.num_classes=1", ["data: GratingsDataModule (", "num_classes must be >= 2, got 1"]),
+        ("--data.init_args.num_workers=-1", ["data: GratingsDataModule (", "num_workers must be >= 0 or null"]),
+        ("--data.init_args.train_size=16", ["data: GratingsDataModule (", "train_size=16 is smaller than batch_size"]),
+    ],
+)
+def test_a_refused_constructor_value_is_one_line(
+    cli: ModuleType, capsys: pytest.CaptureFixture[str], in_tmp: Path, flag: str, expected: list[str]
+) -> None:
+    line = refused(capsys, lambda: cli.build_cli([f"--config={CONFIGS / 'debug/tiny.yaml'}", flag], run=False))
+    assert all(part in line for part in expected), line
+    assert list(in_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_a_batch_size_the_loader_refuses_is_one_line_and_writes_nothing(
+    run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], in_tmp: Path, batch_size: int
+) -> None:
+    line = refused(capsys, lambda: run_cli("fit", f"--data.init_args.batch_size={batch_size}"))
+    assert line.startswith("error: data: GratingsDataModule.train_dataloader ("), line
+    assert f"batch_size={batch_size}" in line
+    assert list(in_tmp.iterdir()) == []  # Lightning had opened the event file and saved the config
