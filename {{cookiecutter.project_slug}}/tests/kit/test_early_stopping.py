@@ -23,7 +23,7 @@ def test_training_stops_when_the_monitored_metric_stalls(
         "--trainer.max_epochs=10",
     ]
     fitted = run_cli("fit", f"--config={CONFIGS / 'training/early_stopping.yaml'}", *stalled, *run_dir_flags(run))
-    stopper = probes.find(fitted.trainer, early_stopping.EarlyStopping)
+    stopper = probes.find(fitted.trainer, early_stopping.EarlyStoppingOnBest)
     assert (stopper.monitor, stopper.mode, stopper.patience) == ("val/loss", "min", 3)  # best_checkpoint's metric
     # Epoch 0 sets the best; epochs 1, 2 and 3 do not improve on it: patience 3 is spent after epoch 3.
     assert stopper.stopped_epoch == 3

@@ -31,7 +31,7 @@ EXACT = ("state_dict", "current_model_state", "averaging_state", "optimizer_stat
 
 def test_ema_and_early_stopping_stack_with_other_presets(run_cli: Callable[..., Any]) -> None:
     built = run_cli("fit", *SMALL, presets=("debug/tiny", "training/ema", "training/early_stopping"))
-    stopper = probes.find(built.trainer, early_stopping.EarlyStopping)
+    stopper = probes.find(built.trainer, early_stopping.EarlyStoppingOnBest)
     assert (stopper.monitor, stopper.mode) == ("val/acc", "max")  # best_checkpoint's, from default.yaml
     probes.find(built.trainer, EMAWeightAveraging)
     assert built.trainer.max_epochs == 2  # debug/tiny's length still holds

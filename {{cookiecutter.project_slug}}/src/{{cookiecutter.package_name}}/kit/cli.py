@@ -45,7 +45,7 @@ from .protocol import LINKED_ATTRIBUTES
 from .provenance import Provenance, RunRecord, describe_origin
 from .resume import ExactResume
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
-from .task_checks import StartCheck, check_monitor, check_paths, check_task, check_trainer
+from .task_checks import StartCheck, check_folder, check_monitor, check_paths, check_task, check_trainer
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -110,8 +110,6 @@ class ProjectCLI(LightningCLI):
             check_trainer(self.trainer)
             if self.subcommand in LightningCLI.subcommands():  # the ones that write in the run directory
                 check_paths(self.trainer)
-            if self.subcommand is not None:
-                check_task(self.subcommand, self.model, self.datamodule)
             if self.subcommand == "fit":
                 check_monitor(self.trainer, self.model, self.datamodule)
         except BadInputError as error:
@@ -129,6 +127,9 @@ class ProjectCLI(LightningCLI):
         if config.get("enable_progress_bar") is None:
             kwargs.setdefault("enable_progress_bar", interactive())
         kwargs["plugins"] = with_atomic_checkpoint_io(config.get("plugins"))
+        if self.subcommand is not None:  # before a run directory exists (BadInputError: refused, exit 2)
+            check_task(self.subcommand, self.model, self.datamodule)
+            check_folder("trainer.default_root_dir", config.get("default_root_dir"))
         directory, callbacks = self._prepare_run(config)
         kwargs["default_root_dir"] = str(directory)  # everything the Trainer writes by itself goes there too
         if config.get("logger") in (None, True):  # not configured: TensorBoard events, for training only
@@ -140,6 +141,8 @@ class ProjectCLI(LightningCLI):
         except BaseException:
             self._discard_new_run()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
             raise
+        if isinstance(trainer, ProjectTrainer):
+            trainer.command = (self._parser(self.subcommand), self.config.get(str(self.subcommand), self.config))
         if self.record is not None:
             self._start_session(trainer, self.record)
         return trainer

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 
-class EarlyStopping(LightningEarlyStopping):
+class EarlyStoppingOnBest(LightningEarlyStopping):
     """Lightning's ``EarlyStopping``, by default on the metric and mode of ``best_checkpoint``.
 
     Following the checkpoint's metric keeps one place to say what "better" means, and ``checkpoints/best.ckpt``

@@ -27,7 +27,6 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import BatchSizeFinder
-from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.tuner import Tuner
 from lightning.pytorch.tuner.lr_finder import _LRFinder
 from lightning.pytorch.utilities.parsing import lightning_hasattr
@@ -185,14 +184,16 @@ def steepest_descent(
 def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
     """The parser and the parsed config of the running command.
 
-    A Trainer method receives only the instantiated objects; LightningCLI hands the config to its
-    ``SaveConfigCallback`` (absent only under ``fast_dev_run``, where Lightning skips the finders: exit 2).
+    A Trainer method receives only the instantiated objects; the CLI leaves the config on the trainer
+    (``ProjectTrainer.command``). Under ``fast_dev_run`` Lightning skips the finders: exit 2.
     """
-    for callback in trainer.callbacks:  # type: ignore[attr-defined]
-        if isinstance(callback, SaveConfigCallback):
-            return callback.parser, callback.config
-    sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
-    raise SystemExit(2)
+    if trainer.fast_dev_run:
+        sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
+        raise SystemExit(2)
+    command = getattr(trainer, "command", None)
+    if command is None:
+        raise RuntimeError("the finders run from the command line, which gives the trainer its config")
+    return command
 
 
 def config_key(config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str) -> str:

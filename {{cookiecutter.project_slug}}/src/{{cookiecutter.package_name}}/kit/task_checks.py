@@ -61,16 +61,21 @@ def check_paths(trainer: pl.Trainer) -> None:
         if isinstance(callback, ModelCheckpoint) and callback.dirpath:
             folders[f"{type(callback).__name__} dirpath"] = callback.dirpath
     for key, folder in folders.items():
-        if folder is None or "://" in str(folder):  # remote storage: checked by its own client
-            continue
-        path = Path(folder)
-        existing = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
-        if existing == path and not path.is_dir():
-            raise BadInputError(f"{key}: {path} is a file, not a folder")
-        if not existing.is_dir():
-            raise BadInputError(f"{key}: cannot create {path}: {existing} is a file, not a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise BadInputError(f"{key}: cannot write in {existing} (permission denied)")
+        check_folder(key, folder)
+
+
+def check_folder(key: str, folder: str | Path | None) -> None:
+    """Refuses a folder (named by config ``key``) that cannot be created or written."""
+    if folder is None or "://" in str(folder):  # remote storage: checked by its own client
+        return
+    path = Path(folder)
+    existing = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
+    if existing == path and not path.is_dir():
+        raise BadInputError(f"{key}: {path} is a file, not a folder")
+    if not existing.is_dir():
+        raise BadInputError(f"{key}: cannot create {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInputError(f"{key}: cannot write in {existing} (permission denied)")
 
 
 def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import lightning.pytorch as pl
+from jsonargparse import ArgumentParser, Namespace
 
 from .bad_input import BadInputError
 from .checkpoints import read_checkpoint, resolve_ckpt_path
@@ -26,6 +27,10 @@ EXTRA_SUBCOMMANDS: dict[str, set[str]] = {
 
 class ProjectTrainer(pl.Trainer):
     """``lightning.pytorch.Trainer`` plus the methods listed in ``EXTRA_SUBCOMMANDS``."""
+
+    command: tuple[ArgumentParser, Namespace] | None = None
+    """The parser and parsed config of the command that built this trainer (set by the CLI; the finders write
+    presets from it)."""
 
     def schedule(
         self,
