@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -60,7 +59,7 @@ def position(checkpoint: dict[str, Any]) -> list[dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The final checkpoint of the run that is never interrupted (no workers)."""
     with pytest.MonkeyPatch.context() as patch:  # module scope: the autouse fixture has not run yet
         patch.setenv(cli.DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "fixture.yaml"))
@@ -68,7 +67,7 @@ def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
         checkpoint = fit_in_process(cli, Path("runs/fixture/straight"), "--data.init_args.num_workers=0")
     assert checkpoint["global_step"] == 32
     assert position(checkpoint) == [{"epoch": 1, "batches": 16, "seed": 42}]
-    yield checkpoint
+    return checkpoint
 
 
 @pytest.mark.slow
