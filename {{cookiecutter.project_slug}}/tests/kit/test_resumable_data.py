@@ -145,9 +145,7 @@ def test_loading_in_the_main_process_leaves_its_rngs_untouched(data: ModuleType)
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["no-workers", "two-workers"])
-def test_state_round_trip_continues_from_the_saved_position_with_the_saved_seed(
-    data: ModuleType, workers: int
-) -> None:
+def test_state_round_trip_continues_from_the_saved_position_with_the_saved_seed(data: ModuleType, workers: int) -> None:
     def loader(seed: int) -> Any:
         return rebuilt(data, DataLoader(sequences(), batch_size=8, shuffle=True, num_workers=workers), seed=seed)
 
