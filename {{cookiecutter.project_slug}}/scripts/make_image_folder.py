@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(
-    out: Path, per_class: int = 500, num_classes: int = 10, image_size: int = 32, noise: float = 0.6, seed: int = 0
+    out: Path, per_class: int = 500, num_classes: int = 10, image_size: int = 32, noise: float = 0.9, seed: int = 0
 ) -> None:
     """Renders the images and writes them under ``out``.
 
