@@ -17,6 +17,8 @@ saves a loader's position only for a loader that has ``state_dict``, and its own
 
 A loader it cannot rebuild (another class, an ``IterableDataset``, a custom sampler or batch sampler, no
 automatic batching) is left as written; ``make_resumable`` says why, for the one warning at fit start.
+Not covered: draws from a generator the dataset keeps itself (``np.random.default_rng()`` made in
+``__init__``), from CUDA's RNG, or in a ``collate_fn`` (made in the main process without workers).
 """
 
 from __future__ import annotations
