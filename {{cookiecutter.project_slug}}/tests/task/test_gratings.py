@@ -52,9 +52,11 @@ def test_training_samples_are_augmented_on_every_read_from_the_global_rng(gratin
     assert torch.equal(train[5][0], first)  # ... drawn from torch's global RNG
 
 
-def test_evaluation_samples_are_fixed(gratings: ModuleType) -> None:
+def test_evaluation_samples_and_unaugmented_training_samples_are_fixed(gratings: ModuleType) -> None:
     val = make(gratings).datasets["val"]
     assert torch.equal(val[3][0], val[3][0])
+    train = make(gratings, augment=False).datasets["train"]  # configs/debug/overfit.yaml
+    assert torch.equal(train[3][0], train[3][0])
 
 
 def test_train_loader_is_a_plain_shuffled_loader_with_static_shapes(gratings: ModuleType) -> None:

@@ -101,6 +101,7 @@ class GratingsDataModule(pl.LightningDataModule):
         test_size: int = 2_000,
         noise: float = 0.9,
         max_shift: int = 2,
+        augment: bool = True,
         seed: int = 0,
         data_dir: str | None = None,
         batch_size: int = 128,
@@ -121,6 +122,8 @@ class GratingsDataModule(pl.LightningDataModule):
             test_size: Test samples (also the predict set).
             noise: Standard deviation of the Gaussian pixel noise; the grating's amplitude is <= 1.
             max_shift: Largest random translation, in pixels, applied to training samples.
+            augment: Training samples get a random shift and fresh noise on every read; ``false`` gives them
+                fixed noise and no shift, as evaluation samples have (``configs/debug/overfit.yaml``).
             seed: Seed of the data itself, independent of the training seed.
             data_dir: Where ``prepare_data`` caches the rendered splits; ``None`` renders in memory
                 in every process (deterministic, so all ranks agree).
@@ -146,7 +149,7 @@ class GratingsDataModule(pl.LightningDataModule):
             raise ValueError(f"num_workers must be >= 0 or null, got {num_workers}")
         self.num_classes, self.image_size, self.in_channels = num_classes, image_size, in_channels
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.noise, self.max_shift, self.seed = noise, max_shift, seed
+        self.noise, self.max_shift, self.augment, self.seed = noise, max_shift, augment, seed
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.batch_size = batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
@@ -181,7 +184,12 @@ class GratingsDataModule(pl.LightningDataModule):
                 images, labels = self._load(split)
                 check_samples(split, images, labels, self.num_classes, self.input_shape)
                 self.datasets[split] = GratingsDataset(
-                    images, labels, self.noise, self.max_shift, self._split_seed(split), augment=split == "train"
+                    images,
+                    labels,
+                    self.noise,
+                    self.max_shift,
+                    self._split_seed(split),
+                    augment=self.augment and split == "train",
                 )
 
     def train_dataloader(self) -> DataLoader:

@@ -61,7 +61,7 @@ def load_image(path: Path, size: int, channels: int) -> Tensor:
             image = image.convert("L" if channels == 1 else "RGB").resize((size, size), Image.Resampling.BILINEAR)
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise InvalidDataError(f"image {path} cannot be decoded: {error}") from error
-    pixels = torch.tensor(np.asarray(image), dtype=torch.float32)  # (H, W) or (H, W, C), 0..255
+    pixels = torch.from_numpy(np.array(image, dtype=np.float32))  # (H, W) or (H, W, C), 0..255
     pixels = pixels[None] if channels == 1 else pixels.permute(2, 0, 1)  # (C, H, W)
     return pixels / 127.5 - 1.0
 
@@ -86,7 +86,7 @@ class ImageFiles(Dataset[tuple[Tensor, Tensor]]):
             padded = F.pad(image[None], (pad, pad, pad, pad), mode="reflect")[0]  # (C, H + 2p, W + 2p)
             top, left = torch.randint(0, 2 * pad + 1, (2,)).tolist()
             image = padded[:, top : top + self.image_size, left : left + self.image_size]
-        return image, torch.tensor(label)
+        return image, torch.as_tensor(label)
 
 
 class ImageFolderDataModule(pl.LightningDataModule):
