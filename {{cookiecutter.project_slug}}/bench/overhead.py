@@ -8,13 +8,15 @@ module's torchmetrics), the grad norm, and the same scalars to TensorBoard every
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import Row, StepTimer, best_median_ms, build, steady, timed_fit
+from common import Row, StepTimer, best_median_ms, build, project, steady, timed_fit
+from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.tensorboard import SummaryWriter
 
 
@@ -31,15 +33,16 @@ def loop_run(run_dir: Path, steps: int, *flags: str, presets: tuple[str, ...]) -
     writer = SummaryWriter(str(run_dir))
     record = StepTimer()
 
-    # Lightning's sanity check: two validation batches before training (it also draws the loaders' seeds).
+    # Lightning's sanity check: two validation batches before training, in an isolated RNG.
     network.eval()
-    with torch.inference_mode():
+    with torch.inference_mode(), isolate_rng():
         for _, (images, labels) in zip(range(trainer.num_sanity_val_steps), data.val_dataloader(), strict=False):
             logits = network(images)
             model.metrics["val_acc"](logits, labels)
             model.metrics["val_loss"](F.cross_entropy(logits, labels), weight=len(labels))
     network.train()
-    loader = data.train_dataloader()
+    # The batches `fit` trains on: the user's loader rebuilt by the kit (its cost is data_seam.py's row).
+    loader, _ = project("kit.resumable_data").make_resumable(data.train_dataloader(), int(os.environ["PL_GLOBAL_SEED"]))
     if steps > len(loader):
         raise ValueError(f"steps={steps} is more than one epoch ({len(loader)} batches); this loop runs one")
     record.start = time.perf_counter()

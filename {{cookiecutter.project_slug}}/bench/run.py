@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts,
 
 from common import machine, markdown
 
-COMPARISONS = ("overhead", "compiled", "startup", "data_pipeline", "precision", "ddp", "gpu", "safeguards")
+COMPARISONS = ("overhead", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu", "safeguards")
 
 
 def main(tiny: bool = False, repeats: int = 5, only: list[str] | None = None) -> str:

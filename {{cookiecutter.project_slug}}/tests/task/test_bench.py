@@ -18,7 +18,15 @@ def test_bench_runner_tiny(in_tmp: Path) -> None:
     done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
-    for comparison in ("Trainer overhead", "Compiled Transformer", "Startup", "Data pipeline", "Precision", "DDP"):
+    for comparison in (
+        "Trainer overhead",
+        "Compiled Transformer",
+        "Startup",
+        "Data pipeline",
+        "Data seam",
+        "Precision",
+        "DDP",
+    ):
         assert f"| {comparison}" in table
     assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped
     assert "losses over 6 steps: identical" in table  # fit and the hand-written loop compute the same thing

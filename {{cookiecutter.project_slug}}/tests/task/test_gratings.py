@@ -1,4 +1,4 @@
-"""Data: determinism from the seed, split sizes, labels, per-epoch augmentation and loader settings."""
+"""Data: determinism from the seed, split sizes, labels, augmentation, loader settings, the cache, exact resume."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from types import ModuleType
 
 import pytest
 import torch
+from support import submodule
+from torch.utils.data import DataLoader, RandomSampler
 
 
 def make(gratings: ModuleType, **kwargs: object) -> object:
@@ -41,29 +43,62 @@ def test_labels_are_balanced_and_in_range(gratings: ModuleType) -> None:
     assert counts.tolist() == [100] * 7
 
 
-def test_augmentation_changes_per_epoch_and_repeats_per_key(gratings: ModuleType) -> None:
+def test_training_samples_are_augmented_on_every_read_from_the_global_rng(gratings: ModuleType) -> None:
     train = make(gratings).datasets["train"]
-    epoch0, epoch0_again, epoch1 = train[(0, 5)][0], train[(0, 5)][0], train[(1, 5)][0]
-    assert torch.equal(epoch0, epoch0_again)
-    assert not torch.equal(epoch0, epoch1)
+    torch.manual_seed(0)
+    first, second = train[5][0], train[5][0]
+    torch.manual_seed(0)
+    assert not torch.equal(first, second)  # fresh noise and shift every read ...
+    assert torch.equal(train[5][0], first)  # ... drawn from torch's global RNG
 
 
-def test_evaluation_samples_are_fixed(gratings: ModuleType) -> None:
+def test_evaluation_samples_and_unaugmented_training_samples_are_fixed(gratings: ModuleType) -> None:
     val = make(gratings).datasets["val"]
     assert torch.equal(val[3][0], val[3][0])
+    train = make(gratings, augment=False).datasets["train"]  # configs/debug/overfit.yaml
+    assert torch.equal(train[3][0], train[3][0])
 
 
-def test_train_loader_has_static_shapes_and_reshuffles(gratings: ModuleType) -> None:
-    dm = make(gratings)
-    loader = dm.train_dataloader()
+def test_train_loader_is_a_plain_shuffled_loader_with_static_shapes(gratings: ModuleType) -> None:
+    loader = make(gratings).train_dataloader()
+    assert type(loader) is DataLoader
+    assert isinstance(loader.sampler, RandomSampler)
     assert loader.drop_last
     assert len(loader) == 300 // 32
-    loader.sampler.set_epoch(0)
     first = [labels.clone() for _, labels in loader]
-    loader.sampler.set_epoch(1)
     second = [labels.clone() for _, labels in loader]
     assert {len(labels) for labels in first} == {32}
     assert not all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+@pytest.mark.slow  # worker processes
+def test_the_kit_resumes_the_example_loader_mid_epoch_whatever_the_workers(gratings: ModuleType) -> None:
+    """The data side of exact resume on the example: what ``ExactResume`` does in a fit, by hand.
+
+    The training side (RNG states, optimizer, schedule) is the same kit code the fixture task's SIGKILL and
+    SIGTERM tests (tests/kit/test_resume.py) and the image-folder example's (test_image_folder.py) cover.
+    """
+    resumable_data = submodule("kit.resumable_data")
+
+    def loader(workers: int, seed: int = 42) -> object:
+        datamodule = make(gratings, num_workers=workers)
+        converted, kept = resumable_data.make_resumable(datamodule.train_dataloader(), seed)
+        assert kept == []
+        converted.sampler.set_epoch(1)
+        return converted
+
+    straight = [images for images, _ in loader(workers=0)]
+    killed = loader(workers=2)
+    batches = iter(killed)
+    for _ in range(3):
+        next(batches)
+    state = killed.state_dict()
+    resumed = loader(workers=0, seed=7)
+    resumed.load_state_dict(state)
+    continued = [images for images, _ in resumed]
+    assert state["batches"] == 3
+    assert len(continued) == len(straight) - 3
+    assert all(torch.equal(a, b) for a, b in zip(continued, straight[3:], strict=True))
 
 
 def test_workers_follow_the_cpu_share(gratings: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,6 +125,28 @@ def test_cache_in_data_dir_round_trips(gratings: ModuleType, tmp_path: Path) -> 
     assert len(list(tmp_path.glob("gratings-*.pt"))) == 3
     fresh = make(gratings)
     assert torch.equal(cached.datasets["test"].images, fresh.datasets["test"].images)
+
+
+def truncate_train_cache(gratings: ModuleType, cache: Path) -> Path:
+    make(gratings, data_dir=str(cache))
+    (path,) = cache.glob("gratings-train-*.pt")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a copy that stopped half way
+    return path
+
+
+def test_a_truncated_cache_is_named_and_rendered_again(gratings: ModuleType, tmp_path: Path) -> None:
+    path = truncate_train_cache(gratings, tmp_path)
+    with pytest.warns(UserWarning, match=f"data cache {path} is unreadable"):
+        repaired = make(gratings, data_dir=str(tmp_path))
+    assert torch.equal(repaired.datasets["train"].images, make(gratings).datasets["train"].images)
+    assert len(list(tmp_path.iterdir())) == 3  # no temporary file left behind
+
+
+def test_an_unreadable_cache_at_setup_is_named(gratings: ModuleType, tmp_path: Path) -> None:
+    path = truncate_train_cache(gratings, tmp_path)
+    datamodule = gratings.GratingsDataModule(train_size=300, val_size=50, test_size=70, data_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=f"data cache {path} is unreadable"):
+        datamodule.setup("fit")  # without prepare_data, which would render it again
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,16 @@
 """Exact resume: the two things a Lightning checkpoint lacks, the RNG states and the position in the epoch.
 
 With both, ``fit --ckpt_path last`` continues an interrupted run as if it had never stopped: the same
-batches in the same order, the same dropout masks, bit-identical weights. Both are stored as tensors,
-lists and numbers, so checkpoints still load with ``torch.load(..., weights_only=True)``.
+batches in the same order, the same augmentation and dropout masks, bit-identical weights. The position
+comes from the user's own train loader, rebuilt by ``resumable_data.make_resumable`` when Lightning asks
+for it. Both are stored as tensors, lists and numbers, so checkpoints still load with
+``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import lightning.pytorch as pl
@@ -16,64 +18,84 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import CombinedLoader
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
-from torch.utils.data import DataLoader
 
-
-class ResumableLoader(DataLoader):
-    """A training ``DataLoader`` whose position in the epoch is saved in checkpoints and restored on resume.
-
-    Lightning stores ``state_dict()`` of a train loader that has one in every checkpoint; on resume
-    ``load_state_dict`` gets it back (from Lightning, or from ``ExactResume`` where Lightning drops it), and
-    the sampler (an ``EpochSampler``: it needs ``epoch`` and ``resume_at``) skips the batches already trained
-    on, without loading them. Give the loader its own ``generator``: the loader draws its workers' base seed
-    from it when an epoch starts, instead of from the global RNG whose stream dropout uses.
-    """
-
-    _batches = 0  # batches of the current epoch delivered so far, counting those skipped on resume
-    _resume: dict[str, int] | None = None
-
-    def state_dict(self) -> dict[str, int]:
-        # Lightning fetches the batches of a sized loader on demand, with no look-ahead, so the batches
-        # delivered here are exactly those the loop has consumed when a checkpoint is taken.
-        return {"epoch": int(getattr(self.sampler, "epoch", 0)), "batches": self._batches}
-
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        if not hasattr(self.sampler, "resume_at"):
-            return  # e.g. Lightning swapped in a sequential sampler for `overfit_batches`: nothing to skip
-        assert self.batch_size is not None, "resuming needs a fixed batch size"
-        self.sampler.resume_at(state_dict["epoch"], state_dict["batches"] * self.batch_size)
-        self._resume = dict(state_dict)
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        # A generator, so the real iterator is made at the first `next`, after Lightning's `set_epoch`:
-        # when it resumes, Lightning 2.6 creates the epoch's iterator before `set_epoch`, and worker
-        # processes would start prefetching in the order of the wrong epoch.
-        return self._epoch()
-
-    def _epoch(self) -> Iterator[Any]:
-        epoch, resume = getattr(self.sampler, "epoch", 0), self._resume
-        self._batches = resume["batches"] if resume is not None and resume["epoch"] == epoch else 0
-        self._resume = None
-        for batch in super().__iter__():
-            self._batches += 1
-            yield batch
+from .resumable_data import ResumableLoader, is_stateful, make_resumable
 
 
 class ExactResume(Callback):
-    """Saves the Python, NumPy and torch (CPU and current CUDA device) RNG states of every process in each
-    checkpoint, and restores them, with the loader's position, when training resumes from it.
+    """Makes the train loader resumable, and saves and restores the RNG states of every process.
+
+    When ``fit`` starts, the ``train_dataloader`` hook of the datamodule (or of the LightningModule) is wrapped
+    so that each loader it returns is rebuilt by ``make_resumable``: Lightning then saves its position in
+    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written.
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
-    stream after a resume. Lightning also drops the saved loader position when ``configure_optimizers``
-    reads ``trainer.estimated_stepping_batches`` (lightning#20550), as ours does: it is handed over here.
-    Both are restored when training starts, after the sanity check (which runs in an isolated RNG) and
-    before the first batch is fetched.
+    stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
+    Lightning also drops the saved loader position when ``configure_optimizers`` reads
+    ``trainer.estimated_stepping_batches`` (lightning#20550): it is handed over here. Both are restored when
+    training starts, after the sanity check (which runs in an isolated RNG) and before the first batch.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
         self._loader_states: list[dict[str, Any]] = []
+        self._wrapped: tuple[Any, Any] | None = None  # (object whose hook is wrapped, its own attribute or None)
+        self._warned = False
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # The hook is wrapped, not the loader: Lightning asks for the loader (again on every reload) after this,
+        # in `estimated_stepping_batches` or when the fit loop starts, before it creates the epoch's iterator.
+        if stage != "fit":
+            return
+        self._warned = False
+        if trainer.overfit_batches > 0:
+            return  # overfitting: Lightning replaces the sampler with a sequential one itself
+        source = trainer.datamodule if trainer.datamodule is not None else pl_module
+        if not is_overridden("train_dataloader", source):
+            return  # loaders given to `fit` directly: checked when training starts
+        original = source.train_dataloader
+        self._wrapped = (source, vars(source).get("train_dataloader"))
+        source.train_dataloader = lambda: self._resumable(trainer, original())
+
+    def _resumable(self, trainer: pl.Trainer, loaders: Any) -> Any:
+        sharding = trainer.distributed_sampler_kwargs or {}
+        if not getattr(trainer._accelerator_connector, "use_distributed_sampler", True):
+            sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        loaders, kept = make_resumable(loaders, seed, **sharding)
+        if kept and not self._warned:
+            self._warned = True
+            self._warn(kept)
+        return loaders
+
+    @staticmethod
+    def _warn(kept: list[str]) -> None:
+        rank_zero_warn(
+            "Exact resume: the train loader "
+            + "; ".join(kept)
+            + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
+            " (repeating some samples and skipping others) with other random augmentation, so it will not"
+            " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
+        )
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._unwrap()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._unwrap()
+
+    def _unwrap(self) -> None:
+        if self._wrapped is None:
+            return
+        (source, own), self._wrapped = self._wrapped, None
+        if own is None:
+            del source.train_dataloader
+        else:
+            source.train_dataloader = own
 
     def state_dict(self) -> dict[str, Any]:
         # Every process saves the checkpoint together (rank 0 writes it), so all can contribute their state.
@@ -94,12 +116,19 @@ class ExactResume(Callback):
         self._loader_states = fit_loop.get("state_dict", {}).get("combined_loader", [])
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        loaders = trainer.train_dataloader
-        flat = loaders if isinstance(loaders, (list, tuple)) else [loaders]
-        stateful = [loader for loader in flat if isinstance(loader, ResumableLoader)]
+        loaders = CombinedLoader(trainer.train_dataloader).flattened
+        if self._wrapped is None and not self._warned:
+            kept = [loader for loader in loaders if not is_stateful(loader)]
+            if kept and trainer.overfit_batches == 0:
+                self._warned = True
+                names = ", ".join(type(loader).__name__ for loader in kept)
+                self._warn([f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"])
+        # Lightning saves the states of the loaders that have one, in order; those are ours to hand over.
+        stateful = [loader for loader in loaders if is_stateful(loader)]
         if self._loader_states and len(stateful) == len(self._loader_states):
             for loader, state in zip(stateful, self._loader_states, strict=True):
-                loader.load_state_dict(state)  # the same call as Lightning's, so doing both is harmless
+                if isinstance(loader, ResumableLoader):
+                    loader.load_state_dict(state)  # the same call as Lightning's, so doing both is harmless
         self._loader_states = []
         states, self._rng_states = self._rng_states, None
         if states is None:

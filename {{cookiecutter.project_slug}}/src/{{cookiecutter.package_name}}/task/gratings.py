@@ -10,18 +10,18 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pickle
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
 from ..kit.checkpoint_io import atomic_save
-from ..kit.data_checks import check_samples
+from ..kit.data_checks import InvalidDataError, check_samples
 from ..kit.prediction import TensorFiles
-from ..kit.resume import ResumableLoader
-from ..kit.sampling import EpochSampler, SampleKey
 
 SPLITS = ("train", "val", "test")
 _CHUNK = 8192  # samples rendered at once: bounds peak memory for large sets
@@ -59,17 +59,8 @@ def render_gratings(
     return images, labels
 
 
-def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
-    """A generator that depends only on ``(seed, epoch, index)``.
-
-    Augmentation drawn from it is identical whatever the worker count, the process that loads the
-    sample, or where a run was resumed: the property exact resume relies on.
-    """
-    return torch.Generator().manual_seed(((seed * 1_000_003 + epoch) * 1_000_033 + index) % 2**63)
-
-
 class GratingsDataset(Dataset[tuple[Tensor, Tensor]]):
-    """In-memory gratings with per-sample noise; optional random shifts for training."""
+    """In-memory gratings with pixel noise; for training, random shifts and fresh noise on every read."""
 
     def __init__(self, images: Tensor, labels: Tensor, noise: float, max_shift: int, seed: int, augment: bool) -> None:
         assert images.shape[0] == labels.shape[0], "one label per image"
@@ -79,19 +70,18 @@ class GratingsDataset(Dataset[tuple[Tensor, Tensor]]):
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, key: SampleKey) -> tuple[Tensor, Tensor]:
-        # Training keys carry the epoch, so noise and shifts change every epoch yet stay reproducible;
-        # a plain index (evaluation, overfit runs) always gets the same noise.
-        epoch, index = key if isinstance(key, tuple) else (-1, key)
-        generator = sample_generator(self.seed, epoch, index)
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         image = self.images[index].to(torch.float32)  # (C, H, W)
-        if self.augment and self.max_shift:
-            dy, dx = torch.randint(-self.max_shift, self.max_shift + 1, (2,), generator=generator).tolist()
-            image = torch.roll(image, shifts=(dy, dx), dims=(1, 2))
-        image = image + self.noise * torch.randn(image.shape, generator=generator)
-        return image, self.labels[index]
-
-
+        if self.augment:
+            # Ordinary augmentation from torch's global RNG: the kit seeds it per batch (kit/resumable_data.py),
+            # so it is reproducible whatever the worker count, and a resumed run draws what it would have.
+            if self.max_shift:
+                dy, dx = torch.randint(-self.max_shift, self.max_shift + 1, (2,)).tolist()
+                image = torch.roll(image, shifts=(dy, dx), dims=(1, 2))
+            return image + self.noise * torch.randn(image.shape), self.labels[index]
+        # Evaluation: the same noise for a sample every time it is read.
+        generator = torch.Generator().manual_seed(self.seed * len(self) + index)
+        return image + self.noise * torch.randn(image.shape, generator=generator), self.labels[index]
 
 
 class GratingsDataModule(pl.LightningDataModule):
@@ -111,6 +101,7 @@ class GratingsDataModule(pl.LightningDataModule):
         test_size: int = 2_000,
         noise: float = 0.9,
         max_shift: int = 2,
+        augment: bool = True,
         seed: int = 0,
         data_dir: str | None = None,
         batch_size: int = 128,
@@ -131,6 +122,8 @@ class GratingsDataModule(pl.LightningDataModule):
             test_size: Test samples (also the predict set).
             noise: Standard deviation of the Gaussian pixel noise; the grating's amplitude is <= 1.
             max_shift: Largest random translation, in pixels, applied to training samples.
+            augment: Training samples get a random shift and fresh noise on every read; ``false`` gives them
+                fixed noise and no shift, as evaluation samples have (``configs/debug/overfit.yaml``).
             seed: Seed of the data itself, independent of the training seed.
             data_dir: Where ``prepare_data`` caches the rendered splits; ``None`` renders in memory
                 in every process (deterministic, so all ranks agree).
@@ -156,7 +149,7 @@ class GratingsDataModule(pl.LightningDataModule):
             raise ValueError(f"num_workers must be >= 0 or null, got {num_workers}")
         self.num_classes, self.image_size, self.in_channels = num_classes, image_size, in_channels
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        self.noise, self.max_shift, self.seed = noise, max_shift, seed
+        self.noise, self.max_shift, self.augment, self.seed = noise, max_shift, augment, seed
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.batch_size = batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory
@@ -175,9 +168,14 @@ class GratingsDataModule(pl.LightningDataModule):
             return
         for split in SPLITS:
             path = self._cache_path(split)
-            if not path.exists():
-                images, labels = self._render(split)
-                atomic_save({"images": images, "labels": labels}, path)  # never a half-written cache
+            if path.exists() and _readable(path):
+                continue
+            if path.exists():  # e.g. truncated by a full disk or a copy that stopped: rendered again, not kept
+                warnings.warn(
+                    f"data cache {path} is unreadable (truncated or corrupt): rendering it again", stacklevel=2
+                )
+            images, labels = self._render(split)
+            atomic_save({"images": images, "labels": labels}, path)  # never a half-written cache
 
     def setup(self, stage: str) -> None:
         # Runs in every process: build the state this process needs.
@@ -186,15 +184,18 @@ class GratingsDataModule(pl.LightningDataModule):
                 images, labels = self._load(split)
                 check_samples(split, images, labels, self.num_classes, self.input_shape)
                 self.datasets[split] = GratingsDataset(
-                    images, labels, self.noise, self.max_shift, self._split_seed(split), augment=split == "train"
+                    images,
+                    labels,
+                    self.noise,
+                    self.max_shift,
+                    self._split_seed(split),
+                    augment=self.augment and split == "train",
                 )
 
     def train_dataloader(self) -> DataLoader:
-        dataset = self.datasets["train"]
-        world_size, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer else (1, 0)
-        sampler = EpochSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.seed)
-        # drop_last keeps every training batch the same shape, so a compiled graph is never rebuilt.
-        return self._loader(dataset, sampler=sampler, drop_last=True, resumable=True)
+        # drop_last keeps every training batch the same shape, so a compiled graph is never rebuilt. Under DDP
+        # Lightning shards it, and the kit makes it resume exactly; nothing here needs to know.
+        return self._loader(self.datasets["train"], shuffle=True, drop_last=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.datasets["val"])
@@ -215,23 +216,18 @@ class GratingsDataModule(pl.LightningDataModule):
         local_processes = self.trainer.num_devices if self.trainer else 1
         return max(0, min(4, cpus // local_processes - 1))
 
-    def _loader(
-        self, dataset: Dataset, sampler: Sampler | None = None, drop_last: bool = False, resumable: bool = False
-    ) -> DataLoader:
+    def _loader(self, dataset: Dataset, shuffle: bool = False, drop_last: bool = False) -> DataLoader:
         workers = self.resolved_num_workers()
         on_gpu = bool(self.trainer) and self.trainer.accelerator.__class__.__name__ == "CUDAAccelerator"
-        # A resumable loader keeps its place in the epoch in checkpoints (exact resume, see resume.py).
-        return (ResumableLoader if resumable else DataLoader)(
+        return DataLoader(
             dataset,
             batch_size=self.batch_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
             num_workers=workers,
             pin_memory=on_gpu if self.pin_memory is None else self.pin_memory,
             persistent_workers=self.persistent_workers and workers > 0,
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
-            sampler=sampler,
-            drop_last=drop_last,
-            # Workers' base seeds come from here, not from the global RNG that dropout draws from.
-            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def _split_seed(self, split: str) -> int:
@@ -253,5 +249,19 @@ class GratingsDataModule(pl.LightningDataModule):
         path = self._cache_path(split)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: call prepare_data() before setup()")
-        cached = torch.load(path, weights_only=True)
-        return cached["images"], cached["labels"]
+        try:
+            cached = torch.load(path, weights_only=True)
+            return cached["images"], cached["labels"]
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, KeyError, TypeError) as error:
+            raise InvalidDataError(
+                f"data cache {path} is unreadable ({error}): prepare_data() renders it again"
+            ) from error
+
+
+def _readable(path: Path) -> bool:
+    """Whether ``path`` is a complete cache file; memory-mapped, so its tensors are not read."""
+    try:
+        cached = torch.load(path, weights_only=True, mmap=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):
+        return False
+    return isinstance(cached, dict) and {"images", "labels"} <= cached.keys()

@@ -1,0 +1,180 @@
+"""The image-folder example: class folders of PNG and JPEG files, bad folders named, and exact resume with 2 workers.
+
+A small folder is written per module: 3 classes x 20 images of 16 x 16 pixels, every other one a JPEG. With
+``val_fraction`` 0.2 and batches of 8: 48 training images, 6 batches per epoch, 2 epochs, 12 optimizer steps.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from faults import fault
+from PIL import Image
+from support import CONFIGS, PACKAGE, launch, run_dir_flags, submodule
+
+SETUP = [
+    f"--config={CONFIGS / 'data/image_folder.yaml'}",
+    "--data.init_args.image_size=16",
+    "--data.init_args.batch_size=8",
+    "--trainer.max_epochs=2",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+]
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+
+
+def write_image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 16) -> Path:
+    """Class ``k`` is a colour ramp of its own direction under noise; even files PNG, odd files JPEG."""
+    rng = np.random.default_rng(0)
+    ramp = np.linspace(0, 1, size)
+    for label in range(classes):
+        folder = root / f"class_{label}"
+        folder.mkdir(parents=True)
+        for index in range(per_class):
+            angle = 2 * np.pi * label / classes
+            base = np.cos(angle) * ramp[None, :] + np.sin(angle) * ramp[:, None]  # (H, W)
+            pixels = 128 + 60 * base[..., None] + 20 * rng.standard_normal((size, size, 3))  # (H, W, 3)
+            image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+            image.save(folder / f"{index:03d}.{'jpg' if index % 2 else 'png'}")
+    (root / "class_0" / "notes.txt").write_text("not an image: ignored")
+    return root
+
+
+@pytest.fixture(scope="module")
+def image_folder() -> ModuleType:
+    return submodule("task.image_folder")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_image_folder(tmp_path_factory.mktemp("images") / "root")
+
+
+def fit(cli: ModuleType, run: Path, root: Path, *args: str) -> Any:
+    return cli.build_cli(["fit", *SETUP, f"--data.init_args.root={root}", *run_dir_flags(run), *args])
+
+
+def last(run: Path) -> dict[str, Any]:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def straight(cli: ModuleType, root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
+    """The run that is never interrupted, without workers: the built objects and its last checkpoint."""
+    run = tmp_path_factory.mktemp("straight") / "runs" / "image_folder" / "straight"
+    built = fit(cli, run, root, "--data.init_args.num_workers=0")
+    return built, last(run)
+
+
+def assert_identical(actual: object, expected: object, where: str) -> None:
+    """Equal structure and bit-identical tensors."""
+    assert type(actual) is type(expected), where
+    if isinstance(expected, torch.Tensor):
+        assert torch.equal(actual, expected), where
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys(), where
+        for key in expected:
+            assert_identical(actual[key], expected[key], f"{where}[{key!r}]")
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), where
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_identical(a, e, f"{where}[{index}]")
+    else:
+        assert actual == expected, where
+
+
+def test_finds_the_classes_splits_them_and_decodes_png_and_jpeg(image_folder: ModuleType, root: Path) -> None:
+    data = image_folder.ImageFolderDataModule(str(root), image_size=12, batch_size=8, num_workers=0)
+    assert data.classes == ["class_0", "class_1", "class_2"]
+    assert (data.num_classes, data.input_shape) == (3, (3, 12, 12))
+    assert (len(data.splits["train"]), len(data.splits["val"])) == (48, 12)
+    assert {path.suffix for path, _ in data.splits["train"]} == {".png", ".jpg"}
+    images, labels = next(iter(data.val_dataloader()))
+    assert images.shape == (8, 3, 12, 12)
+    assert images.dtype == torch.float32
+    assert -1.0 <= float(images.min()) < float(images.max()) <= 1.0
+    assert set(labels.tolist()) <= {0, 1, 2}
+    gray = image_folder.ImageFolderDataModule(str(root), channels=1, batch_size=8, num_workers=0)
+    assert next(iter(gray.train_dataloader()))[0].shape == (8, 1, 32, 32)
+
+
+def test_training_images_are_flipped_and_shifted_at_random(image_folder: ModuleType, root: Path) -> None:
+    train = image_folder.ImageFolderDataModule(str(root), num_workers=0, batch_size=8).train_dataloader().dataset
+    reads = [train[0][0] for _ in range(8)]
+    assert any(not torch.equal(reads[0], read) for read in reads[1:])
+    val = image_folder.ImageFolderDataModule(str(root), num_workers=0, batch_size=8).val_dataloader().dataset
+    assert torch.equal(val[0][0], val[0][0])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: None, "root {root}: no such folder"),
+        (lambda root: root.mkdir(), "root {root}: expected a folder per class"),
+        (
+            lambda root: [(root / name).mkdir(parents=True) for name in ("a", "b")],
+            "class folder {root}/a holds no images",
+        ),
+    ],
+    ids=["missing", "no-class-folders", "class-without-images"],
+)
+def test_a_bad_folder_is_named(image_folder: ModuleType, tmp_path: Path, make: Any, message: str) -> None:
+    root = tmp_path / "root"
+    make(root)
+    with pytest.raises(ValueError, match=message.format(root=root)):
+        image_folder.ImageFolderDataModule(str(root))
+
+
+def test_a_corrupt_image_is_named_by_its_path(image_folder: ModuleType, tmp_path: Path) -> None:
+    root = write_image_folder(tmp_path / "root", per_class=10)
+    broken = root / "class_1" / "004.png"
+    broken.write_bytes(broken.read_bytes()[:60])  # a copy that stopped
+    data = image_folder.ImageFolderDataModule(str(root), batch_size=4, num_workers=0, val_fraction=0.1)
+    dataset = data.train_dataloader().dataset
+    (index,) = [i for i, (path, _) in enumerate(dataset.samples) if path == broken]
+    with pytest.raises(ValueError, match=f"image {broken} cannot be decoded"):
+        dataset[index]
+
+
+def test_the_preset_alone_trains_on_the_folder_with_shape_and_classes_linked(
+    straight: tuple[Any, dict[str, Any]],
+) -> None:
+    built, checkpoint = straight
+    # The preset alone plus `root` (test_configs.py cannot run it: it has no folder to name): the saved config
+    # round-trips, nulls written out as in config.yaml.
+    dumped = built.parser.dump(built.config, skip_none=False)
+    assert built.parser.dump(built.parser.parse_string(dumped), skip_none=False) == dumped
+    assert built.model.hparams["num_classes"] == 3
+    assert built.model.hparams["input_shape"] == (3, 16, 16)
+    assert checkpoint["global_step"] == 12
+    assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 6, "seed": 42}]
+
+
+@pytest.mark.slow  # a training process killed and resumed
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
+def test_resumes_bit_exactly_mid_epoch_with_two_workers(
+    cli: ModuleType, straight: tuple[Any, dict[str, Any]], root: Path, in_tmp: Path, signum: int
+) -> None:
+    run = in_tmp / "runs" / "image_folder" / "stopped"
+    flags = [f"--data.init_args.root={root}", "--data.init_args.num_workers=2", *run_dir_flags(run)]
+    if signum == signal.SIGKILL:  # killed after step 9; last.ckpt was written at step 8, 2 batches into epoch 1
+        flags += ["--last_checkpoint.every_n_train_steps=4", fault("SignalAtStep", step=9)]
+        expected_code, saved_step = -signal.SIGKILL, 8
+    else:  # preempted before the 3rd batch of epoch 1: that step is completed, saved, then the process exits
+        flags += [fault("SignalAtStep", step=8, signum=signal.SIGTERM, hook="start")]
+        expected_code, saved_step = 143, 9
+    stopped = launch(PACKAGE, "fit", *SETUP, *flags, cwd=in_tmp)
+    assert stopped.returncode == expected_code, stopped.stdout[-3000:]
+    saved = last(run)
+    assert saved["global_step"] == saved_step
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["epoch"] == 1
+    fit(cli, run, root, "--data.init_args.num_workers=2", "--seed_everything=7", "--ckpt_path=last")
+    resumed, expected = last(run), straight[1]
+    for key in EXACT:
+        assert_identical(resumed[key], expected[key], key)
