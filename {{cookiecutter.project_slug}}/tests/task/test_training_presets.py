@@ -35,7 +35,7 @@ def test_ema_and_early_stopping_stack_with_other_presets(run_cli: Callable[..., 
     assert (stopper.monitor, stopper.mode) == ("val/acc", "max")  # best_checkpoint's, from default.yaml
     probes.find(built.trainer, EMAWeightAveraging)
     assert built.trainer.max_epochs == 2  # debug/tiny's length still holds
-    last = torch.load("runs/debug/checkpoints/last.ckpt", weights_only=True)
+    last = torch.load(Path(built.trainer.log_dir, "checkpoints/last.ckpt"), weights_only=True)
     assert int(last["averaging_state"]["n_averaged"]) == built.trainer.global_step == 8
 
 

@@ -65,7 +65,7 @@ class EarlyStoppingOnBest(LightningEarlyStopping):
         """What Lightning's constructor derives from ``monitor`` and ``mode``, for the values known only now."""
         self.monitor, self.mode = monitor, mode
         self.min_delta = abs(self.min_delta) * (1 if mode == "max" else -1)
-        self.best_score = torch.tensor(-torch.inf if mode == "max" else torch.inf)
+        self.best_score = torch.as_tensor(-torch.inf if mode == "max" else torch.inf)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.stopping_reason is EarlyStoppingReason.NOT_STOPPED:
