@@ -35,6 +35,7 @@ def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple
         "--trainer.enable_progress_bar=false",
         *run_dir_flags(run_dir),
         f"--data.init_args.batch_size={batch_size}",
+        "--data.init_args.augment=false",  # augmentation is seeded per batch: batches of 2b and b draw differently
         "--model.optimizer=torch.optim.SGD",
         "--model.optimizer.init_args.lr=0.1",
         "--model.optimizer.init_args.momentum=0.9",

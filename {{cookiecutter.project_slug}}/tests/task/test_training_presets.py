@@ -77,11 +77,10 @@ def test_ema_resume_after_sigterm_is_bit_exact(cli: ModuleType, straight: dict[s
 def test_ema_resume_after_sigkill_is_bit_exact(cli: ModuleType, straight: dict[str, Any], tmp_path: Path) -> None:
     # last.ckpt every 2 steps: SIGKILL right after step 5 leaves the one of step 4, mid-epoch 1.
     every_2 = "--last_checkpoint.every_n_train_steps=2"
-    killed = launch(
-        PACKAGE, "fit", *SETUP, every_2, *run_dir_flags(tmp_path), fault("SignalAtStep", step=5), cwd=tmp_path
-    )
+    run = tmp_path / "run"  # not tmp_path itself, where the launched process writes its log
+    killed = launch(PACKAGE, "fit", *SETUP, every_2, *run_dir_flags(run), fault("SignalAtStep", step=5), cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
-    assert_resumes_exactly(cli, straight, tmp_path, every_2, saved_step=4)
+    assert_resumes_exactly(cli, straight, run, every_2, saved_step=4)
 
 
 def assert_resumes_exactly(cli: ModuleType, straight: dict[str, Any], run: Path, *args: str, saved_step: int) -> None:
