@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,13 +171,18 @@ def default_config_files() -> list[str]:
     return []
 
 
-def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
-    """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand."""
+def build_cli(
+    args: ArgsType = None, run: bool = True, cli_class: Callable[..., ProjectCLI] = ProjectCLI
+) -> ProjectCLI:
+    """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand.
+
+    ``cli_class``: ``ProjectCLI`` or a subclass with the same settings (``search`` parses and runs trials with its own).
+    """
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
     main_parser = {"allow_abbrev": False} if run else settings
-    return ProjectCLI(
+    return cli_class(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,
@@ -197,7 +203,15 @@ def main(args: ArgsType = None) -> None:
 
     Exit codes: 0 done; 1 training stopped on bad data or a non-finite loss (one ``error:`` line says where);
     2 bad command line, config or checkpoint; 143 preempted (``last.ckpt`` saved, rerun with ``--ckpt_path last``).
+    ``search`` is not a LightningCLI subcommand, which would build the model and data: it starts each trial as a
+    ``fit`` from the config (``<package> search --help``; needs the ``search`` extra).
     """
+    argv = sys.argv[1:] if args is None else args
+    if isinstance(argv, list) and argv[:1] == ["search"]:
+        from .search import main as search
+
+        search(argv[1:])
+        return
     try:
         build_cli(args)
     except (InvalidDataError, NonFiniteLossError) as error:
