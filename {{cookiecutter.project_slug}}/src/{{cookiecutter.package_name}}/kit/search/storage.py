@@ -76,13 +76,24 @@ def open_storage(
     """The journal file in ``search_dir`` (``storage: null``) or at a path, or the database at a URL."""
     if storage is None or "://" not in storage:
         return HeartbeatJournalStorage(Path(storage or search_dir / JOURNAL), heartbeat_interval, grace_period)
-    return RDBStorage(
-        storage,
-        heartbeat_interval=heartbeat_interval,
-        grace_period=grace_period,
-        heartbeat_stale_trial_callback=retry,
-        engine_kwargs={"pool_pre_ping": True},
-    )
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(5):
+        try:
+            return RDBStorage(
+                storage,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=retry,
+                engine_kwargs={"pool_pre_ping": True},
+            )
+        except (IntegrityError, ProgrammingError):
+            # Workers that start together on an empty database race to create Optuna's tables (optuna#1092):
+            # one wins, the others find the tables on their next try.
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
