@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 import signal
 import sys
 from pathlib import Path
@@ -194,7 +195,11 @@ def _start_study(plan: Plan) -> tuple[optuna.Study, optuna.storages.BaseStorage]
 def _run_workers(plan: Plan, workers: int) -> int:
     """Starts ``workers`` worker processes and waits for them; Ctrl-C and SIGTERM stop them gracefully (SIGTERM)."""
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or CUDA state forked
-    processes = [context.Process(target=spawned_worker, args=(plan,), name=f"worker-{i}") for i in range(workers)]
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    shares = [cpus[len(cpus) * i // workers : len(cpus) * (i + 1) // workers] for i in range(workers)]
+    processes = [
+        context.Process(target=spawned_worker, args=(plan, share), name=f"worker-{i}") for i, share in enumerate(shares)
+    ]
     for process in processes:
         process.start()
 

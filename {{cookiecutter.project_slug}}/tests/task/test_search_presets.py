@@ -1,0 +1,22 @@
+"""The search presets (``configs/search/``) fit the example task: every key and range is accepted by its config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import CONFIGS, submodule
+
+pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
+SEARCH_PRESETS = sorted(CONFIGS.glob("search/*.yaml"))
+
+
+@pytest.mark.parametrize("preset", SEARCH_PRESETS, ids=lambda path: path.stem)
+def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path) -> None:
+    command = submodule("kit.search.command")
+    built = submodule("kit.cli").build_cli([f"--config={preset}"], run=False, cli_class=command.SearchCLI)
+    plan = command.make_plan(built.parser, built.config)  # checks every key and range, writes nothing
+    assert plan.space
+    assert all(dimension.key.startswith(("model.", "data.", "trainer.")) for dimension in plan.space)
+    assert (plan.metric, plan.direction) == ("val/acc", "maximize")  # the default run's best_checkpoint
+    assert not Path("runs").exists()
