@@ -119,6 +119,29 @@ def test_bad_space_is_one_error_line_naming_the_key_and_writes_nothing(
     assert not Path("runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials=0"], "error: --trials and --workers must be >= 1, got 0 and 1"),
+        (["--heartbeat_interval=5", "--grace_period=5"], "error: need 1 <= --heartbeat_interval < --grace_period"),
+        (["--metric=val/mse"], "error: --direction: say `minimize` or `maximize` for --metric val/mse"),
+        # A closed port: the message names the database, without its password.
+        (
+            ["--storage=postgresql://user:secret@127.0.0.1:1/db"],
+            "error: --storage postgresql://user:***@127.0.0.1:1/db: cannot connect",
+        ),
+    ],
+)
+def test_bad_settings_are_one_error_line_and_write_nothing(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _, err = search(cli, capsys, write_space(SPACE), *args)
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(message)
+    assert "secret" not in err
+    assert not Path("runs").exists()
+
+
 def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(
     cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -143,7 +143,7 @@ def postgres() -> Iterator[str]:
     if found is None:
         pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")
     bin_dir = Path(found).resolve().parent
-    pytest.importorskip("psycopg2", reason="the PostgreSQL driver comes with the `search` extra")
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver comes with the `search` extra")
     # PostgreSQL refuses to run as root: run it as `nobody` in a folder of its own.
     as_user: list[str] = []
     data = Path(tempfile.mkdtemp(prefix="search-pg-"))
@@ -161,7 +161,7 @@ def postgres() -> Iterator[str]:
     pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data / "db")]
     subprocess.run([*pg_ctl, "-o", options, "-l", str(data / "server.log"), "-w", "start"], **run)
     try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True, timeout=120)
         shutil.rmtree(data, ignore_errors=True)

@@ -13,11 +13,13 @@ journal, ``base.yaml`` (the ``fit`` config every trial starts from), a ``trial-<
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,8 +33,8 @@ from optuna.samplers import BaseSampler
 from ..cli import ProjectCLI, build_cli
 from ..preemption import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
-from .space import SpaceError, SpaceSpec, build_space
-from .storage import JOURNAL
+from .space import SpaceSpec, build_space, flag
+from .storage import JOURNAL, shown
 from .trial import trial_dir
 from .worker import INTERRUPTED_EXIT_CODE, Plan, run_worker, spawned_worker
 
@@ -60,8 +62,8 @@ class SearchSettings:
                 ``{choice: [value, ...]}`` (see ``kit/search/space.py``).
             trials: Trials the study runs in all (failed ones that are retried count once); rerun with more to extend.
             workers: Worker processes this command starts on this machine (more join with the same command).
-            storage: ``null``: a journal file in the search directory (one machine). A database URL such as
-                ``postgresql://user:password@host:5432/db`` for workers on several machines (needs its driver).
+            storage: ``null``: a journal file in the search directory (one machine), or give a journal file's path.
+                A database URL such as ``postgresql://user:password@host:5432/db`` for workers on several machines.
             metric: The logged metric to optimize, its best value over the run; ``null``: ``best_checkpoint.monitor``.
             direction: ``minimize`` or ``maximize``; ``null``: from ``best_checkpoint.mode`` (for its metric).
             sampler: An Optuna sampler by class path; ``null``: TPE (``optuna.samplers.TPESampler``).
@@ -71,10 +73,20 @@ class SearchSettings:
             grace_period: Seconds without a heartbeat after which a trial's worker is taken for dead and the trial
                 is run again (a worker gone from this machine is noticed at once).
         """
+        if trials < 1 or workers < 1:
+            raise ValueError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
+        if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
+            raise ValueError(
+                f"need 1 <= --heartbeat_interval < --grace_period, got {heartbeat_interval}, {grace_period}"
+            )
+        self.space, self.trials, self.workers, self.storage = space or {}, trials, workers, storage
+        self.metric, self.direction = metric, direction
+        # Kept as configured (class path and arguments): each worker process builds its own.
+        self.sampler, self.pruner = sampler, pruner
+        self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
 
 
-SETTINGS = ("space", "trials", "workers", "storage", "metric", "direction", "sampler", "pruner")
-SETTINGS += ("heartbeat_interval", "grace_period")
+SETTINGS = tuple(inspect.signature(SearchSettings).parameters)
 
 
 class SearchCLI(ProjectCLI):
@@ -98,22 +110,22 @@ def main(args: list[str]) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial instead
     cli = build_cli(args, run=False, cli_class=SearchCLI)
     try:
-        plan = make_plan(cli.parser, cli.config)
-    except (SpaceError, ValueError) as error:
+        settings = SearchSettings(**{name: cli.config[name] for name in SETTINGS})
+        plan = make_plan(cli.parser, cli.config, settings)
+        base = _fit_config(cli.parser, cli.config)
+        study, storage = _start_study(plan, base)
+    except ValueError as error:  # SpaceError included
         _exit_error(str(error), 2)
     plan.search_dir.mkdir(parents=True, exist_ok=True)
-    plan.base_config.write_text(_fit_config(cli.parser, cli.config))
-    try:
-        study, storage = _start_study(plan)
-    except ValueError as error:
-        _exit_error(str(error), 2)
+    plan.base_config.write_text(base)
+    where = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL
     print(
-        f"search {plan.study_name}: {plan.trials} trials over {len(plan.space)} keys, {cli.config.workers} worker(s);"
-        f" {plan.metric} ({plan.direction}); study in {plan.storage or plan.search_dir / JOURNAL}",
+        f"search {plan.study_name}: {plan.trials} trials over {len(plan.space)} keys, {settings.workers} worker(s);"
+        f" {plan.metric} ({plan.direction}); study in {where}",
         flush=True,
     )
     try:
-        code = run_worker(plan, study, storage) if cli.config.workers == 1 else _run_workers(plan, cli.config.workers)
+        code = run_worker(plan, study, storage) if settings.workers == 1 else _run_workers(plan, settings.workers)
     except KeyboardInterrupt:
         code = INTERRUPTED_EXIT_CODE
     print(table(study, list(plan.space), plan.metric), flush=True)
@@ -121,42 +133,38 @@ def main(args: list[str]) -> None:
     sys.exit(code)
 
 
-def make_plan(parser: LightningArgumentParser, config: Namespace) -> Plan:
-    """Checks the settings and every key and range of the space against the config; writes nothing."""
-    if config.trials < 1 or config.workers < 1:
-        raise ValueError(f"--trials and --workers must be >= 1, got {config.trials} and {config.workers}")
-    metric = config.metric or config.best_checkpoint.monitor
-    direction = config.direction
+def make_plan(parser: LightningArgumentParser, config: Namespace, settings: SearchSettings) -> Plan:
+    """Checks the metric and every key and range of the space against the config; writes nothing."""
+    monitor = config.best_checkpoint
+    metric, direction = settings.metric or monitor.monitor, settings.direction
     if direction is None:
-        if metric != config.best_checkpoint.monitor:
+        if metric != monitor.monitor:
             raise ValueError(f"--direction: say `minimize` or `maximize` for --metric {metric}")
-        direction = "maximize" if config.best_checkpoint.mode == "max" else "minimize"
+        direction = "maximize" if monitor.mode == "max" else "minimize"
     fit_keys = [key for key in config.keys() if key.split(".")[0] not in SETTINGS]  # noqa: SIM118 (flattened keys)
-    space = build_space(config.space or {}, fit_keys, lambda key, value: _refusal(parser, config, key, value))
+    space = build_space(settings.space, fit_keys, lambda key, value: _refusal(parser, config, key, value))
     name = config.run.name or "search"
     search_dir = Path(config.trainer.default_root_dir or "runs") / config.run.experiment / name
     return Plan(
         study_name=name,
-        storage=config.storage,
+        storage=settings.storage,
         search_dir=search_dir,
         base_config=search_dir / "base.yaml",
         space=tuple(space),
         metric=metric,
         direction=direction,
-        trials=config.trials,
-        heartbeat_interval=config.heartbeat_interval,
-        grace_period=config.grace_period,
-        optuna_config={"sampler": _plain(config.sampler), "pruner": _plain(config.pruner)},
+        trials=settings.trials,
+        heartbeat_interval=settings.heartbeat_interval,
+        grace_period=settings.grace_period,
+        optuna_config={"sampler": _plain(settings.sampler), "pruner": _plain(settings.pruner)},
     )
 
 
 def _refusal(parser: LightningArgumentParser, config: Namespace, key: str, value: Any) -> str | None:
     """Why the config refuses ``--key=value`` (the last line of jsonargparse's message), or ``None``."""
-    from .space import Dimension
-
     parser.exit_on_error = False
     try:
-        parser.parse_args([Dimension(key, "choice").flag(value)], namespace=config.clone())
+        parser.parse_args([flag(key, value)], namespace=config.clone())
     except Exception as error:  # jsonargparse's ArgumentError, with the reason on its last line
         return str(error).strip().splitlines()[-1].strip()
     finally:
@@ -165,7 +173,7 @@ def _refusal(parser: LightningArgumentParser, config: Namespace, key: str, value
 
 
 def _fit_config(parser: LightningArgumentParser, config: Namespace) -> str:
-    """The resolved ``fit`` config, as ``config.yaml`` of a run would hold it: the search's keys left out."""
+    """The resolved ``fit`` config (``base.yaml``), as a run's ``config.yaml`` holds it, without the search's keys."""
     fit = yaml.safe_load(parser.dump(config, skip_none=False, skip_validation=True))
     for key in (*SETTINGS, "config"):
         fit.pop(key, None)
@@ -174,11 +182,11 @@ def _fit_config(parser: LightningArgumentParser, config: Namespace) -> str:
     )
 
 
-def _start_study(plan: Plan) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
-    """Creates the study, or joins it when its space, metric and base config are this command's."""
-    base = yaml.safe_load(plan.base_config.read_text())
-    base.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
-    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": base}
+def _start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
+    """Creates the study, or joins it when its space, metric and ``base`` config are this command's."""
+    fit = yaml.safe_load(base)
+    fit.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
+    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": fit}
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     study, storage = plan.open_study()
     known = study.user_attrs.get("fingerprint")
@@ -186,7 +194,8 @@ def _start_study(plan: Plan) -> tuple[optuna.Study, optuna.storages.BaseStorage]
         study.set_user_attr("fingerprint", fingerprint)
     elif known != fingerprint:
         raise ValueError(
-            f"study {plan.study_name!r} in {plan.storage or plan.search_dir / JOURNAL} was started with another space,"
+            f"study {plan.study_name!r} in {shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL} was"
+            " started with another space,"
             " metric or fit config; give this search another --run.name"
         )
     return study, storage
@@ -225,7 +234,7 @@ def _run_workers(plan: Plan, workers: int) -> int:
     return 0
 
 
-def _wait(processes: list[multiprocessing.process.BaseProcess], stop: Any) -> list[int]:
+def _wait(processes: list[multiprocessing.process.BaseProcess], stop: Callable[[], None]) -> list[int]:
     """Waits for every worker (reaping each at once, so its trial is seen to be dead); a failing worker stops all."""
     from multiprocessing.connection import wait
 

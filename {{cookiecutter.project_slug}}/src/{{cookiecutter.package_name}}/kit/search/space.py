@@ -70,7 +70,12 @@ class Dimension:
 
     def flag(self, value: Any) -> str:
         """The ``fit`` flag that sets ``value``."""
-        return f"--{self.key}={value if isinstance(value, str) else json.dumps(value)}"
+        return flag(self.key, value)
+
+
+def flag(key: str, value: Any) -> str:
+    """The ``fit`` flag ``--key=value``; values other than strings as JSON (``[16, 32]``, ``true``, ``0.001``)."""
+    return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
 def build_space(spec: Mapping[str, Any], keys: list[str], accepts: Callable[[str, Any], str | None]) -> list[Dimension]:

@@ -73,20 +73,32 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
 def open_storage(
     storage: str | None, search_dir: Path, heartbeat_interval: int, grace_period: int
 ) -> optuna.storages.BaseStorage:
-    """The journal file in ``search_dir`` (``storage: null``) or at a path, or the database at a URL."""
-    if storage is None or "://" not in storage:
-        return HeartbeatJournalStorage(Path(storage or search_dir / JOURNAL), heartbeat_interval, grace_period)
-    from sqlalchemy.exc import IntegrityError, ProgrammingError
+    """The journal file in ``search_dir`` (``storage: null``) or at a path, or the database at a URL.
 
+    Raises ``ValueError`` when the database cannot be reached.
+    """
+    if storage is None or "://" not in storage:
+        path = Path(storage or search_dir / JOURNAL)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return HeartbeatJournalStorage(path, heartbeat_interval, grace_period)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    url = make_url(storage)
+    if url.drivername == "postgresql":  # the driver the `search` extra installs, whatever SQLAlchemy's default
+        url = url.set(drivername="postgresql+psycopg")
     for attempt in range(5):
         try:
             return RDBStorage(
-                storage,
+                url.render_as_string(hide_password=False),
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
                 heartbeat_stale_trial_callback=retry,
                 engine_kwargs={"pool_pre_ping": True},
             )
+        except OperationalError as error:
+            reason = str(error.orig).strip().splitlines()[0] if error.orig else type(error).__name__
+            raise ValueError(f"--storage {shown(storage)}: cannot connect ({reason})") from None
         except (IntegrityError, ProgrammingError):
             # Workers that start together on an empty database race to create Optuna's tables (optuna#1092):
             # one wins, the others find the tables on their next try.
@@ -94,6 +106,15 @@ def open_storage(
                 raise
             time.sleep(1 + attempt)
     raise AssertionError("unreachable")
+
+
+def shown(storage: str | None) -> str:
+    """``storage`` as messages show it: a URL without its password."""
+    if storage is None or "://" not in storage:
+        return str(storage)
+    from sqlalchemy.engine import make_url
+
+    return make_url(storage).render_as_string(hide_password=True)
 
 
 @contextlib.contextmanager

@@ -54,7 +54,7 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, resume: bool, 
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
     with output_to(run_dir / "fit.log"):
-        print(" ".join(["fit", *args[1:]]), flush=True)
+        print(" ".join(args), flush=True)
         build_cli(args, cli_class=partial(TrialCLI, monitor=monitor))
 
 
