@@ -12,21 +12,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import warnings
 
 
 def main(args: list[str]) -> None:
     """Runs ``<package> search *args`` and exits with its code."""
     if importlib.util.find_spec("optuna") is None:
-        print("error: `search` needs Optuna: pip install the project's `search` extra (pip install -e '.[search]')")
+        print(
+            "error: `search` needs Optuna: pip install the project's `search` extra (pip install -e '.[search]')",
+            file=sys.stderr,
+        )
         sys.exit(2)
-    # Heartbeats and retries are "experimental" in Optuna, and used outside `optimize` here (see worker.py);
-    # trials pass their flags to LightningCLI as `args`.
-    from optuna.exceptions import ExperimentalWarning
-
-    warnings.filterwarnings("ignore", category=ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     from .command import main as search
 
     search(args)

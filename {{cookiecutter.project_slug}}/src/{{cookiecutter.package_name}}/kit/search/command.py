@@ -36,7 +36,7 @@ from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown
 from .trial import trial_dir
-from .worker import INTERRUPTED_EXIT_CODE, Plan, run_worker, spawned_worker
+from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker, spawned_worker
 
 
 class SearchSettings:
@@ -107,25 +107,24 @@ class SearchCLI(ProjectCLI):
 
 def main(args: list[str]) -> None:
     """Runs ``search`` and exits: 0 done, 2 bad config or space, 130 Ctrl-C, 143 SIGTERM (rerun to continue)."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial instead
+    quiet()
     cli = build_cli(args, run=False, cli_class=SearchCLI)
     try:
-        settings = SearchSettings(**{name: cli.config[name] for name in SETTINGS})
-        plan = make_plan(cli.parser, cli.config, settings)
+        plan = make_plan(cli.parser, cli.config)
         base = _fit_config(cli.parser, cli.config)
         study, storage = _start_study(plan, base)
     except ValueError as error:  # SpaceError included
         _exit_error(str(error), 2)
     plan.search_dir.mkdir(parents=True, exist_ok=True)
     plan.base_config.write_text(base)
-    where = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL
+    where, workers = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL, cli.config.workers
     print(
-        f"search {plan.study_name}: {plan.trials} trials over {len(plan.space)} keys, {settings.workers} worker(s);"
+        f"search {plan.study_name}: {plan.trials} trials over {len(plan.space)} keys, {workers} worker(s);"
         f" {plan.metric} ({plan.direction}); study in {where}",
         flush=True,
     )
     try:
-        code = run_worker(plan, study, storage) if settings.workers == 1 else _run_workers(plan, settings.workers)
+        code = run_worker(plan, study, storage) if workers == 1 else _run_workers(plan, workers)
     except KeyboardInterrupt:
         code = INTERRUPTED_EXIT_CODE
     print(table(study, list(plan.space), plan.metric), flush=True)
@@ -133,8 +132,9 @@ def main(args: list[str]) -> None:
     sys.exit(code)
 
 
-def make_plan(parser: LightningArgumentParser, config: Namespace, settings: SearchSettings) -> Plan:
-    """Checks the metric and every key and range of the space against the config; writes nothing."""
+def make_plan(parser: LightningArgumentParser, config: Namespace) -> Plan:
+    """Checks the settings, the metric and every key and range of the space against the config; writes nothing."""
+    settings = SearchSettings(**{name: config[name] for name in SETTINGS})
     monitor = config.best_checkpoint
     metric, direction = settings.metric or monitor.monitor, settings.direction
     if direction is None:

@@ -18,14 +18,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
 from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages._heartbeat import BaseHeartbeat  # the interface `fail_stale_trials` checks for
 from optuna.storages.journal import JournalFileBackend
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 try:
     import fcntl
@@ -34,9 +34,6 @@ except ImportError:  # Windows: workers there do not lock the journal between th
 
 JOURNAL = "study.log"
 HOST = socket.gethostname()
-
-# Queues a failed trial's configuration again, keeping the values it reported (it resumes from last.ckpt).
-retry = RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
@@ -66,8 +63,13 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     def get_heartbeat_interval(self) -> int:
         return self.heartbeat_interval
 
-    def get_heartbeat_stale_trial_callback(self) -> RetryHeartbeatStaleTrialCallback:
+    def get_heartbeat_stale_trial_callback(self) -> Callable[[optuna.Study, FrozenTrial], None]:
         return retry
+
+
+def retry(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queues failed ``trial``'s configuration again, with the values it reported (it resumes from last.ckpt)."""
+    RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)(study, trial)
 
 
 def open_storage(

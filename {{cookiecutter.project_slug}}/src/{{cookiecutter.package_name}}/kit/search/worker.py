@@ -90,6 +90,15 @@ class _StopRequest:
         self.requested.set()
 
 
+def quiet() -> None:
+    """One line per trial: Optuna's log lines off, and warnings about what the search does on purpose."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats and retries
+    # Asking and telling outside `Study.optimize` (see `_next_trial`); trials pass their flags as LightningCLI `args`.
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+
+
 def spawned_worker(plan: Plan, cpus: list[int]) -> None:
     """A worker process started by ``--workers N``, on its share ``cpus`` of the machine's CPUs (empty: all).
 
@@ -97,6 +106,7 @@ def spawned_worker(plan: Plan, cpus: list[int]) -> None:
     that sizes its loader workers by ``os.sched_getaffinity`` sees its share. Ctrl-C reaches it as SIGTERM.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet()
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, cpus)
         torch.set_num_threads(len(cpus))
@@ -136,9 +146,7 @@ def _next_trial(
     """
     while not stop.requested.is_set():
         with storages.exclusive(storage, plan.study_name):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(study)  # marks dead workers' trials failed and queues them again
+            optuna.storages.fail_stale_trials(study)  # marks dead workers' trials failed and queues them again
             trials = counted(study.get_trials(deepcopy=False))
             waiting = any(trial.state == TrialState.WAITING for trial in trials)
             if waiting or len(trials) < plan.trials:
