@@ -108,6 +108,10 @@ def test_trials_are_runs_and_the_best_preset_reproduces_its_metric(
         ({"model.hidden": {"int": [8.5, 16]}}, "model.hidden: int needs [low, high] of int numbers"),
         ({"model.lr": {"float": [0.1, 1.0], "logg": True}}, "model.lr: unknown option 'logg'"),
         ({"run.name": {"choice": ["a", "b"]}}, "run.name: set by the search itself"),
+        (
+            {"model.class_path": {"choice": ["fixture_task.SequenceRegressor", "fixture_task.Missing"]}},
+            "model.class_path: the config refuses 'fixture_task.Missing'",
+        ),
     ],
 )
 def test_bad_space_is_one_error_line_naming_the_key_and_writes_nothing(

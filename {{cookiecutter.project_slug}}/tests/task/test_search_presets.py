@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,16 @@ def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path
     assert all(dimension.key.startswith(("model.", "data.", "trainer.")) for dimension in plan.space)
     assert (plan.metric, plan.direction) == ("val/acc", "maximize")  # the default run's best_checkpoint
     assert not Path("runs").exists()
+
+
+def test_a_choice_of_network_classes_sets_each_trial_s_class(in_tmp: Path) -> None:
+    command = submodule("kit.search.command")
+    networks = [f"{submodule('task.networks').__name__}.{name}" for name in ("ConvNet", "TransformerClassifier")]
+    built = submodule("kit.cli").build_cli(
+        ["--space", json.dumps({"model.network": {"choice": networks}})], run=False, cli_class=command.SearchCLI
+    )
+    (dimension,) = command.make_plan(built.parser, built.config).space
+    assert dimension.key == "model.init_args.network"  # `init_args` filled in, the class named by its node
+    for network in networks:
+        trial = built.parser.parse_args([dimension.flag(network)], namespace=built.config.clone())
+        assert trial.model.init_args.network.class_path == network
