@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -305,13 +306,18 @@ def default_config_files() -> list[str]:
     return []
 
 
-def build_cli(args: ArgsType = None, run: bool = True) -> ProjectCLI:
-    """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand."""
+def build_cli(
+    args: ArgsType = None, run: bool = True, cli_class: Callable[..., ProjectCLI] = ProjectCLI
+) -> ProjectCLI:
+    """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand.
+
+    ``cli_class``: ``ProjectCLI`` or a subclass with the same settings (``search`` parses and runs trials with its own).
+    """
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
     main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0]} if run else settings
-    return ProjectCLI(
+    return cli_class(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,
@@ -341,9 +347,16 @@ def main(args: ArgsType = None) -> None:
     - 130: interrupted (Ctrl-C; ``fit`` finished the optimizer step and saved ``last.ckpt``).
     - 143: preempted (SIGTERM; ``fit`` saved ``last.ckpt``: rerun with ``--ckpt_path last``).
 
-    ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config.
+    ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config. Neither is
+    ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
+    config (``<package> search --help``; needs the ``search`` extra).
     """
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
+    if argv[:1] == ["search"]:
+        from .search import main as search
+
+        search(argv[1:])
+        return
     try:
         if argv[:1] == ["runs"]:
             auto_cli(list_runs, args=argv[1:], prog=f"{__package__.split('.')[0]} runs")

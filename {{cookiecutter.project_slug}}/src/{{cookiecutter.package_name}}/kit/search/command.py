@@ -1,0 +1,283 @@
+"""``<package> search``: parse the search's config, check it, start or join the study, run workers, print the table.
+
+The command line is ``fit``'s (the default config first, then ``-c`` files and flags) plus the keys of
+``SearchSettings``, so one YAML file can hold both what every trial changes (e.g. fewer epochs) and the space::
+
+    <package> search -c configs/search/default.yaml --trials 20 --workers 2
+
+The search directory is ``<trainer.default_root_dir>/<run.experiment>/<run.name or "search">/``: the study's
+journal, ``base.yaml`` (the ``fit`` config every trial starts from), a ``trial-<n>/`` run per trial and
+``best.yaml``. The same command run again continues the study; ``--run.name`` starts another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch.cli import LightningArgumentParser
+from optuna.pruners import BasePruner
+from optuna.samplers import BaseSampler
+
+from ..cli import ProjectCLI, build_cli
+from ..preemption import PREEMPTED_EXIT_CODE
+from .report import ranked, table, write_best_preset
+from .space import SpaceSpec, build_space, flag
+from .storage import JOURNAL, shown
+from .trial import trial_dir
+from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker, spawned_worker
+
+
+class SearchSettings:
+    """The search's own config keys; everything else on the command line is the ``fit`` config of every trial."""
+
+    def __init__(
+        self,
+        space: SpaceSpec | None = None,
+        trials: int = 20,
+        workers: int = 1,
+        storage: str | None = None,
+        metric: str | None = None,
+        direction: Literal["minimize", "maximize"] | None = None,
+        sampler: BaseSampler | None = None,
+        pruner: BasePruner | None = None,
+        heartbeat_interval: int = 10,
+        grace_period: int = 60,
+    ) -> None:
+        """Configures the search.
+
+        Args:
+            space: Config key -> ``{float: [low, high], log: bool, step: x}``, ``{int: [low, high], ...}`` or
+                ``{choice: [value, ...]}`` (see ``kit/search/space.py``).
+            trials: Trials the study runs in all (failed ones that are retried count once); rerun with more to extend.
+            workers: Worker processes this command starts on this machine (more join with the same command).
+            storage: ``null``: a journal file in the search directory (one machine), or give a journal file's path.
+                A database URL such as ``postgresql://user:password@host:5432/db`` for workers on several machines.
+            metric: The logged metric to optimize, its best value over the run; ``null``: ``best_checkpoint.monitor``.
+            direction: ``minimize`` or ``maximize``; ``null``: from ``best_checkpoint.mode`` (for its metric).
+            sampler: An Optuna sampler by class path; ``null``: TPE (``optuna.samplers.TPESampler``).
+            pruner: An Optuna pruner by class path (``optuna.pruners.HyperbandPruner``); ``null``: median pruning;
+                ``optuna.pruners.NopPruner`` runs every trial to the end.
+            heartbeat_interval: Seconds between a running trial's heartbeats.
+            grace_period: Seconds without a heartbeat after which a trial's worker is taken for dead and the trial
+                is run again (a worker gone from this machine is noticed at once).
+        """
+        if trials < 1 or workers < 1:
+            raise ValueError(f"--trials and --workers must be >= 1, got {trials} and {workers}")
+        if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
+            raise ValueError(
+                f"need 1 <= --heartbeat_interval < --grace_period, got {heartbeat_interval}, {grace_period}"
+            )
+        self.space, self.trials, self.workers, self.storage = space or {}, trials, workers, storage
+        self.metric, self.direction = metric, direction
+        # Kept as configured (class path and arguments): each worker process builds its own.
+        self.sampler, self.pruner = sampler, pruner
+        self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period
+
+
+SETTINGS = tuple(inspect.signature(SearchSettings).parameters)
+
+
+class SearchCLI(ProjectCLI):
+    """Parses ``search``'s command line: the ``fit`` config plus ``SearchSettings``. Builds nothing."""
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        description = "Hyperparameter search: many `fit` trials of this config, chosen by Optuna."
+        prog = f"{__package__.split('.')[0]} search"
+        return super().init_parser(**{"prog": prog, "description": description, **kwargs})
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        super().add_arguments_to_parser(parser)
+        parser.add_class_arguments(SearchSettings, None, as_group=True)
+
+    def instantiate_classes(self) -> None:
+        """Nothing: every trial builds its own model, data and trainer."""
+
+
+def main(args: list[str]) -> None:
+    """Runs ``search`` and exits: 0 done, 2 bad config or space, 130 Ctrl-C, 143 SIGTERM (rerun to continue)."""
+    quiet()
+    cli = build_cli(args, run=False, cli_class=SearchCLI)
+    try:
+        plan = make_plan(cli.parser, cli.config)
+        base = _fit_config(cli.parser, cli.config)
+        study, storage = _start_study(plan, base)
+    except ValueError as error:  # SpaceError included
+        _exit_error(str(error), 2)
+    plan.search_dir.mkdir(parents=True, exist_ok=True)
+    plan.base_config.write_text(base)
+    where, workers = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL, cli.config.workers
+    print(
+        f"search {plan.study_name}: {plan.trials} trials over {len(plan.space)} keys, {workers} worker(s);"
+        f" {plan.metric} ({plan.direction}); study in {where}",
+        flush=True,
+    )
+    try:
+        code = run_worker(plan, study, storage) if workers == 1 else _run_workers(plan, workers)
+    except KeyboardInterrupt:
+        code = INTERRUPTED_EXIT_CODE
+    print(table(study, list(plan.space), plan.metric), flush=True)
+    _write_best(plan, study, cli.parser)
+    sys.exit(code)
+
+
+def make_plan(parser: LightningArgumentParser, config: Namespace) -> Plan:
+    """Checks the settings, the metric and every key and range of the space against the config; writes nothing."""
+    settings = SearchSettings(**{name: config[name] for name in SETTINGS})
+    monitor = config.best_checkpoint
+    metric, direction = settings.metric or monitor.monitor, settings.direction
+    if direction is None:
+        if metric != monitor.monitor:
+            raise ValueError(f"--direction: say `minimize` or `maximize` for --metric {metric}")
+        direction = "maximize" if monitor.mode == "max" else "minimize"
+    fit_keys = [key for key in config.keys() if key.split(".")[0] not in SETTINGS]  # noqa: SIM118 (flattened keys)
+    space = build_space(settings.space, fit_keys, lambda key, value: _refusal(parser, config, key, value))
+    name = config.run.name or "search"
+    search_dir = Path(config.trainer.default_root_dir or "runs") / config.run.experiment / name
+    return Plan(
+        study_name=name,
+        storage=settings.storage,
+        search_dir=search_dir,
+        base_config=search_dir / "base.yaml",
+        space=tuple(space),
+        metric=metric,
+        direction=direction,
+        trials=settings.trials,
+        heartbeat_interval=settings.heartbeat_interval,
+        grace_period=settings.grace_period,
+        optuna_config={"sampler": _plain(settings.sampler), "pruner": _plain(settings.pruner)},
+    )
+
+
+def _refusal(parser: LightningArgumentParser, config: Namespace, key: str, value: Any) -> str | None:
+    """Why the config refuses ``--key=value`` (the last line of jsonargparse's message), or ``None``."""
+    parser.exit_on_error = False
+    try:
+        parser.parse_args([flag(key, value)], namespace=config.clone())
+    except Exception as error:  # jsonargparse's ArgumentError, with the reason on its last line
+        return str(error).strip().splitlines()[-1].strip()
+    finally:
+        parser.exit_on_error = True
+    return None
+
+
+def _fit_config(parser: LightningArgumentParser, config: Namespace) -> str:
+    """The resolved ``fit`` config (``base.yaml``), as a run's ``config.yaml`` holds it, without the search's keys."""
+    fit = yaml.safe_load(parser.dump(config, skip_none=False, skip_validation=True))
+    for key in (*SETTINGS, "config"):
+        fit.pop(key, None)
+    return "# The fit config every trial of this search starts from (written by `search`).\n" + yaml.safe_dump(
+        fit, sort_keys=False
+    )
+
+
+def _start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
+    """Creates the study, or joins it when its space, metric and ``base`` config are this command's."""
+    fit = yaml.safe_load(base)
+    fit.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
+    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": fit}
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    study, storage = plan.open_study()
+    known = study.user_attrs.get("fingerprint")
+    if known is None:
+        study.set_user_attr("fingerprint", fingerprint)
+    elif known != fingerprint:
+        raise ValueError(
+            f"study {plan.study_name!r} in {shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL} was"
+            " started with another space,"
+            " metric or fit config; give this search another --run.name"
+        )
+    return study, storage
+
+
+def _run_workers(plan: Plan, workers: int) -> int:
+    """Starts ``workers`` worker processes and waits for them; Ctrl-C and SIGTERM stop them gracefully (SIGTERM)."""
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or CUDA state forked
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    shares = [cpus[len(cpus) * i // workers : len(cpus) * (i + 1) // workers] for i in range(workers)]
+    processes = [
+        context.Process(target=spawned_worker, args=(plan, share), name=f"worker-{i}") for i, share in enumerate(shares)
+    ]
+    for process in processes:
+        process.start()
+
+    def stop(signum: int = signal.SIGTERM, frame: object = None) -> None:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: each saves its running trial and exits 143
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        codes = _wait(processes, stop)
+    except KeyboardInterrupt:
+        stop()
+        for process in processes:
+            process.join()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if any(code in (1, 2) for code in codes):
+        return next(code for code in codes if code in (1, 2))
+    if PREEMPTED_EXIT_CODE in codes:
+        return PREEMPTED_EXIT_CODE
+    return 0
+
+
+def _wait(processes: list[multiprocessing.process.BaseProcess], stop: Callable[[], None]) -> list[int]:
+    """Waits for every worker (reaping each at once, so its trial is seen to be dead); a failing worker stops all."""
+    from multiprocessing.connection import wait
+
+    running = list(processes)
+    while running:
+        for sentinel in wait([process.sentinel for process in running]):
+            process = next(p for p in running if p.sentinel == sentinel)
+            process.join()
+            running.remove(process)
+            if process.exitcode in (1, 2):
+                stop()
+            elif process.exitcode and process.exitcode < 0:
+                print(
+                    f"search: worker {process.name} died ({signal.Signals(-process.exitcode).name});"
+                    " its trial is run again by another worker or when the search runs again",
+                    flush=True,
+                )
+    return [process.exitcode or 0 for process in processes]
+
+
+def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser) -> None:
+    complete = [trial for trial in ranked(study) if trial.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        print("no complete trial yet: no best.yaml", flush=True)
+        return
+    best = complete[0]
+    config = trial_dir(plan.search_dir, best.system_attrs.get("failed_trial", best.number)) / "config.yaml"
+    if not config.is_file():  # run by a worker on another machine
+        print(f"best trial {best.number}: its run directory is on the machine that ran it", flush=True)
+        return
+    default = yaml.safe_load(parser.dump(parser.parse_args([]), skip_none=False, skip_validation=True))
+    note = (
+        f"Best of search {plan.search_dir}: trial {best.number}, {plan.metric} = {best.value:.6g} ({plan.direction}).\n"
+        f"What it changes from the default config. Train it again: fit -c {plan.search_dir / 'best.yaml'}"
+    )
+    path = write_best_preset(plan.search_dir / "best.yaml", config, default, note)
+    print(f"best trial {best.number}: {plan.metric} = {best.value:.6g}; preset: {path}", flush=True)
+
+
+def _plain(value: Any) -> Any:
+    return value.as_dict() if isinstance(value, Namespace) else value
+
+
+def _exit_error(message: str, code: int) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)

@@ -1,0 +1,80 @@
+"""One trial: a normal ``fit`` of the search's config plus the trial's values, in the trial's own run directory.
+
+The trial directory is ``<search directory>/trial-<number>/`` (config, checkpoints, TensorBoard events, and
+``fit.log`` with everything the run printed). A retried trial keeps its first number's directory and resumes
+from its ``last.ckpt``, so a killed or preempted trial continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from ..cli import ProjectCLI, build_cli
+from .monitor import TrialMonitor
+
+
+class TrialCLI(ProjectCLI):
+    """``ProjectCLI`` whose trainer also holds the trial's ``TrialMonitor``."""
+
+    def __init__(self, *args: Any, monitor: TrialMonitor, **kwargs: Any) -> None:
+        self.monitor = monitor
+        super().__init__(*args, **kwargs)
+
+    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        # First, so its epoch-end report and stop decision come before the checkpoints of that epoch.
+        trainer.callbacks.insert(0, self.monitor)  # type: ignore[attr-defined]
+        return trainer
+
+
+def trial_dir(search_dir: Path, number: int) -> Path:
+    """The run directory of trial ``number``."""
+    return search_dir / f"trial-{number:03d}"
+
+
+def fit_trial(base_config: Path, flags: list[str], run_dir: Path, resume: bool, monitor: TrialMonitor) -> None:
+    """Runs ``fit -c base_config *flags`` into ``run_dir`` (from its ``last.ckpt`` with ``resume``), output to
+    ``run_dir/fit.log``."""
+    args = [
+        "fit",
+        f"--config={base_config}",
+        *flags,
+        f"--trainer.default_root_dir={run_dir.parent.parent}",
+        f"--run.experiment={run_dir.parent.name}",
+        f"--run.name={run_dir.name}",
+        *(["--ckpt_path=last"] if resume else []),
+    ]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with output_to(run_dir / "fit.log"):
+        print(" ".join(args), flush=True)
+        build_cli(args, cli_class=partial(TrialCLI, monitor=monitor))
+
+
+@contextlib.contextmanager
+def output_to(path: Path) -> Iterator[None]:
+    """Sends this process's stdout and stderr (file descriptors 1 and 2, C libraries included) to ``path``.
+
+    The console keeps one progress line per trial; each trial's own output stays with its run.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original in zip((1, 2), saved, strict=True):
+            os.dup2(original, fd)
+            os.close(original)

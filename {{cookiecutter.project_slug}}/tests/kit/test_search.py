@@ -1,0 +1,174 @@
+"""``search``: trials are normal runs, the best one is a preset that reproduces it, bad spaces are refused up front."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import yaml
+from support import run_dir_flags
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+optuna = pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
+
+SEARCH = Path("runs/fixture/search")
+SPACE = {
+    "model.lr": {"float": [1.0e-3, 1.0e-1], "log": True},  # short for model.init_args.lr
+    "model.init_args.hidden": {"int": [8, 48], "step": 8},
+    "model.init_args.dropout": {"choice": [0.0, 0.2]},
+}
+
+
+def search(cli: ModuleType, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Runs ``search *args`` in this process: its exit code, stdout and stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["search", *args])
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def write_space(space: dict[str, object], name: str = "space.yaml") -> str:
+    Path(name).write_text(yaml.safe_dump({"space": space}))
+    return f"--config={name}"
+
+
+def load_study(name: str = "search") -> optuna.Study:
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log")))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def session_hparams(run_dir: Path) -> dict[str, object]:
+    """The hparams of the run's TensorBoard session (what its hparams view shows)."""
+    hparams: dict[str, object] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        content = accumulator.PluginTagToContent("hparams").get("_hparams_/session_start_info")
+        if content is not None:
+            info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+            hparams = {key: getattr(value, value.WhichOneof("kind")) for key, value in info.hparams.items()}
+    return hparams
+
+
+def test_trials_are_runs_and_the_best_preset_reproduces_its_metric(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], run_cli: Callable[..., object]
+) -> None:
+    code, out, err = search(cli, capsys, write_space(SPACE), "--trials=3")
+    assert code == 0, err[-3000:]
+    study = load_study()
+    trials = study.get_trials()
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    for trial in trials:
+        run = SEARCH / f"trial-{trial.number:03d}"
+        config = yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]
+        assert {"lr": config["lr"], "hidden": config["hidden"], "dropout": config["dropout"]} == {
+            key.split(".")[-1]: value for key, value in trial.params.items()
+        }
+        assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"] > 0
+        hparams = session_hparams(run)
+        assert hparams["model.init_args.lr"] == pytest.approx(trial.params["model.init_args.lr"])
+        assert hparams["trial"] == trial.number
+        assert f"trial {trial.number} complete: val/loss=" in out
+    # The table: best first, then the preset's path.
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"], ["3"])]
+    assert [int(row[1]) for row in rows] == [t.number for t in sorted(trials, key=lambda t: t.value)]
+    assert f"preset: {SEARCH / 'best.yaml'}" in out
+
+    # `fit` with the preset alone trains the best trial again, to the same metric, bit for bit.
+    preset = yaml.safe_load((SEARCH / "best.yaml").read_text())
+    assert set(preset) == {"model"}  # only what the trial changed from the default config
+    fitted = run_cli("fit", f"--config={SEARCH / 'best.yaml'}", *run_dir_flags("runs/again/best"))
+    assert float(fitted.trainer.checkpoint_callback.best_model_score) == study.best_value
+
+    # The same command with a larger budget continues the study: one more trial, none repeated.
+    code, out, _ = search(cli, capsys, "--config=space.yaml", "--trials=4")
+    assert code == 0
+    assert len(load_study().get_trials()) == 4
+    assert "trial 3 complete" in out
+    assert "trial 0 complete" not in out
+    # Another space under the same name is refused rather than mixed into the study.
+    code, _, err = search(cli, capsys, write_space({"model.lr": {"float": [0.1, 0.2]}}, "other.yaml"), "--trials=5")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error: study 'search'")
+
+
+@pytest.mark.parametrize(
+    ("space", "message"),
+    [
+        ({"model.init_args.lrr": {"float": [0.1, 1.0]}}, "model.init_args.lrr: no such config key; did you mean"),
+        ({"model.lr": {"float": [0.1, 0.1]}}, "model.lr: empty range"),
+        ({"model.lr": {"float": [0.1, 0.01]}}, "model.lr: low 0.1 > high 0.01"),
+        ({"model.lr": {"float": [0.0, 0.1], "log": True}}, "model.lr: a log scale needs low > 0"),
+        ({"model.hidden": {"choice": []}}, "model.hidden: empty choice"),
+        ({"model.hidden": {"choice": [8, "wide"]}}, "model.hidden: the config refuses 'wide'"),
+        ({"model.hidden": {"int": [8.5, 16]}}, "model.hidden: int needs [low, high] of int numbers"),
+        ({"model.lr": {"float": [0.1, 1.0], "logg": True}}, "model.lr: unknown option 'logg'"),
+        ({"run.name": {"choice": ["a", "b"]}}, "run.name: set by the search itself"),
+        (
+            {"model.class_path": {"choice": ["fixture_task.SequenceRegressor", "fixture_task.Missing"]}},
+            "model.class_path: the config refuses 'fixture_task.Missing'",
+        ),
+    ],
+)
+def test_bad_space_is_one_error_line_naming_the_key_and_writes_nothing(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], space: dict[str, object], message: str
+) -> None:
+    code, _, err = search(cli, capsys, write_space(space))
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(f"error: space: {message}")
+    assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials=0"], "error: --trials and --workers must be >= 1, got 0 and 1"),
+        (["--heartbeat_interval=5", "--grace_period=5"], "error: need 1 <= --heartbeat_interval < --grace_period"),
+        (["--metric=val/mse"], "error: --direction: say `minimize` or `maximize` for --metric val/mse"),
+        # A closed port: the message names the database, without its password.
+        (
+            ["--storage=postgresql://user:secret@127.0.0.1:1/db"],
+            "error: --storage postgresql://user:***@127.0.0.1:1/db: cannot connect",
+        ),
+    ],
+)
+def test_bad_settings_are_one_error_line_and_write_nothing(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, _, err = search(cli, capsys, write_space(SPACE), *args)
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(message)
+    assert "secret" not in err
+    assert not Path("runs").exists()
+
+
+def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = search(cli, capsys, write_space(SPACE), "--trials=2", "--metric=val/acc", "--direction=maximize")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        "error: the searched metric 'val/acc' is never logged; logged: lr-AdamW, train/loss, train/loss_step, val/loss"
+    )
+    assert len(load_study().get_trials()) == 1  # it stopped at the first trial's first validation
+
+
+def test_pruned_trials_stop_after_the_epoch_optuna_prunes_them(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A threshold no trial meets: every trial is pruned at its first report (epoch 0).
+    pruner = ["--pruner=optuna.pruners.ThresholdPruner", "--pruner.upper=0.0"]
+    code, out, _ = search(cli, capsys, write_space(SPACE), "--trials=2", *pruner, "--trainer.max_epochs=3")
+    assert code == 0
+    trials = load_study().get_trials()
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.PRUNED] * 2
+    for trial in trials:
+        assert list(trial.intermediate_values) == [0]
+        last = torch.load(SEARCH / f"trial-{trial.number:03d}" / "checkpoints" / "last.ckpt", weights_only=True)
+        assert (last["epoch"], last["global_step"]) == (0, 16)  # the first epoch of three, then a clean stop
+    assert "no complete trial yet: no best.yaml" in out
+    assert not (SEARCH / "best.yaml").exists()

@@ -1,0 +1,183 @@
+"""``search`` across processes: signals and killed workers lose no trial and count none twice; workers on several
+machines share a study in PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from support import PACKAGE, TESTS
+
+optuna = pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
+TrialState = optuna.trial.TrialState
+
+SEARCH = Path("runs/fixture/search")
+SPACE = {"model.lr": {"float": [1.0e-3, 1.0e-1], "log": True}, "model.hidden": {"int": [8, 48], "step": 8}}
+# Longer trials than the fixture's (32 steps an epoch), with last.ckpt every 4 steps to interrupt them at.
+ARGS = ["--config=space.yaml", "--data.init_args.train_size=512", "--last_checkpoint.every_n_train_steps=4"]
+ARGS += ["--heartbeat_interval=1"]
+
+
+@pytest.fixture
+def space(in_tmp: Path) -> Path:
+    (in_tmp / "space.yaml").write_text(yaml.safe_dump({"space": SPACE}))
+    return in_tmp
+
+
+def start(*args: str, log: str = "out.log") -> subprocess.Popen[bytes]:
+    """Starts ``python -m <package> search *args`` (output to ``log``); the fixture task imports in it."""
+    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
+    with open(log, "w") as out:  # a file, not a pipe: see support.launch
+        # SIGINT as a terminal delivers it, even when this test runs where SIGINT is ignored.
+        return subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, "search", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+
+
+def wait_for_checkpoint(process: subprocess.Popen[bytes], pattern: str, after: float, timeout: float = 180) -> Path:
+    """The first file matching ``pattern`` written after ``after`` (a time), while ``process`` runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in glob.glob(pattern):
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(name).st_mtime > after:
+                    return Path(name)
+        assert process.poll() is None, f"the search ended ({process.returncode}) before {pattern} was written"
+        time.sleep(0.01)
+    raise AssertionError(f"no {pattern} within {timeout} s")
+
+
+def finish(process: subprocess.Popen[bytes], log: str = "out.log", timeout: float = 300) -> tuple[int, str]:
+    return process.wait(timeout), Path(log).read_text()
+
+
+def load_study(storage: str | None = None, name: str = "search") -> optuna.Study:
+    if storage is None:
+        backend = optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log"))
+        return optuna.load_study(study_name=name, storage=optuna.storages.JournalStorage(backend))
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+@pytest.mark.slow
+def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(space: Path) -> None:
+    last = str(SEARCH / "trial-000" / "checkpoints" / "last.ckpt")
+    # SIGTERM: the running trial saves at the next step and the worker exits 143, its trial queued again.
+    search = start(*ARGS, "--trials=2")
+    wait_for_checkpoint(search, last, after=0)
+    search.send_signal(signal.SIGTERM)
+    code, out = finish(search)
+    assert code == 143, out[-3000:]
+    assert "trial 0 stopped: saved in runs/fixture/search/trial-000" in out
+    trials = load_study().get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].system_attrs["failed_trial"] == 0
+    # Ctrl-C: the same, exit 130 and the table so far.
+    search = start(*ARGS, "--trials=2")
+    wait_for_checkpoint(search, last, after=time.time())
+    search.send_signal(signal.SIGINT)
+    code, out = finish(search)
+    assert code == 130, out[-3000:]
+    assert "rank  trial  state" in out
+    assert "trial 1 stopped" in out
+    # SIGKILL: nothing runs any more; the trial stays "running" in the study until a worker finds its process gone.
+    search = start(*ARGS, "--trials=2")
+    wait_for_checkpoint(search, last, after=time.time())
+    search.kill()
+    assert search.wait(60) == -signal.SIGKILL
+    assert [t.state for t in load_study().get_trials()][-1] == TrialState.RUNNING
+    # Restarted, the study goes on: the killed trial is failed and run again, then the second trial; nothing else.
+    code, out = finish(start(*ARGS, "--trials=2"))
+    assert code == 0, out[-3000:]
+    trials = load_study().get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL] * 3 + [TrialState.COMPLETE] * 2
+    assert trials[3].system_attrs["retry_history"] == [0, 1, 2]
+    assert all(t.params == trials[0].params for t in trials[:4])
+    assert sorted(path.name for path in SEARCH.glob("trial-*")) == ["trial-000", "trial-004"]
+    assert torch.load(last, weights_only=True)["global_step"] == 64  # two epochs of 32 steps, in four processes
+    # Each restart resumed the trial from its last.ckpt (as `fit --ckpt_path last`) rather than starting it over.
+    log = (SEARCH / "trial-000" / "fit.log").read_text()
+    assert log.count("Restored all states from the checkpoint at runs/fixture/search/trial-000") == 3
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_journal_and_a_killed_one_s_trial_is_run_again(space: Path) -> None:
+    search = start(*ARGS, "--trials=3", "--workers=2")
+    first = wait_for_checkpoint(search, str(SEARCH / "trial-*" / "checkpoints" / "last.ckpt"), after=0)
+    number = int(first.parent.parent.name.removeprefix("trial-"))
+    worker = load_study().get_trials()[number].system_attrs["heartbeat"]["pid"]
+    assert worker != search.pid
+    os.kill(worker, signal.SIGKILL)
+    code, out = finish(search)
+    assert code == 0, out[-3000:]
+    assert "died (SIGKILL)" in out
+    trials = load_study().get_trials()
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+    (failed,) = [t for t in trials if t.state == TrialState.FAIL]
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == failed.number]
+    assert (failed.number, retry.params, retry.state) == (number, failed.params, TrialState.COMPLETE)
+    assert len({t.system_attrs["heartbeat"]["pid"] for t in trials}) == 2  # both workers ran trials
+
+
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server of its own on a free loopback port, as an unprivileged user; its URL."""
+    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    if found is None:
+        pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")
+    bin_dir = Path(found).resolve().parent
+    pytest.importorskip("psycopg", reason="the PostgreSQL driver comes with the `search` extra")
+    # PostgreSQL refuses to run as root: run it as `nobody` in a folder of its own.
+    as_user: list[str] = []
+    data = Path(tempfile.mkdtemp(prefix="search-pg-"))
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without `runuser` to start PostgreSQL as another user")
+        as_user = ["runuser", "-u", "nobody", "--"]
+        os.chown(data, 65534, 65534)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = dict(check=True, capture_output=True, timeout=120)
+    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "-A", "trust"], **run)
+    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1"
+    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data / "db")]
+    subprocess.run([*pg_ctl, "-o", options, "-l", str(data / "server.log"), "-w", "start"], **run)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True, timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_workers_on_two_machines_join_one_study_in_postgresql(space: Path, postgres: str) -> None:
+    # Two commands with run directories of their own stand for two machines; the study's name joins them.
+    common = ["--config=space.yaml", f"--storage={postgres}", "--trials=4", "--heartbeat_interval=1"]
+    machines = {name: start(*common, f"--trainer.default_root_dir={name}", log=f"{name}.log") for name in "ab"}
+    results = {name: finish(process, log=f"{name}.log") for name, process in machines.items()}
+    for code, out in results.values():
+        assert code == 0, out[-3000:]
+        assert f"study in {postgres}" in out
+        assert len([line for line in out.splitlines() if " complete " in f" {line} "]) == 4  # the table: every trial
+    trials = load_study(postgres).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    run_dirs = sorted(path.name for path in Path().glob("[ab]/fixture/search/trial-*"))
+    assert run_dirs == [f"trial-{n:03d}" for n in range(4)]  # each trial ran once, on one of the machines
