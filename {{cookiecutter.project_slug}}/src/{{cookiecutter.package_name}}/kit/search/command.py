@@ -104,6 +104,9 @@ class SearchCLI(ProjectCLI):
     def instantiate_classes(self) -> None:
         """Nothing: every trial builds its own model, data and trainer."""
 
+    def after_instantiate_classes(self) -> None:
+        """Nothing to check: each trial's ``fit`` checks its own objects."""
+
 
 def main(args: list[str]) -> None:
     """Runs ``search`` and exits: 0 done, 2 bad config or space, 130 Ctrl-C, 143 SIGTERM (rerun to continue)."""

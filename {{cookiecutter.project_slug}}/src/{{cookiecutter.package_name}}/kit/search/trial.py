@@ -40,9 +40,9 @@ def trial_dir(search_dir: Path, number: int) -> Path:
     return search_dir / f"trial-{number:03d}"
 
 
-def fit_trial(base_config: Path, flags: list[str], run_dir: Path, resume: bool, monitor: TrialMonitor) -> None:
-    """Runs ``fit -c base_config *flags`` into ``run_dir`` (from its ``last.ckpt`` with ``resume``), output to
-    ``run_dir/fit.log``."""
+def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: TrialMonitor) -> None:
+    """Runs ``fit -c base_config *flags`` into ``run_dir`` (from its ``last.ckpt`` if it has one: a retried
+    trial), output to ``run_dir/fit.log``."""
     args = [
         "fit",
         f"--config={base_config}",
@@ -50,7 +50,8 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, resume: bool, 
         f"--trainer.default_root_dir={run_dir.parent.parent}",
         f"--run.experiment={run_dir.parent.name}",
         f"--run.name={run_dir.name}",
-        *(["--ckpt_path=last"] if resume else []),
+        # `last` starts the trial when it has nothing to resume (its folder already holds fit.log), resumes it otherwise.
+        "--ckpt_path=last",
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
     with output_to(run_dir / "fit.log"):

@@ -28,14 +28,13 @@ from optuna.trial import TrialState
 
 from ..data_checks import InvalidDataError
 from ..nonfinite import NonFiniteLossError
-from ..preemption import PREEMPTED_EXIT_CODE
+from ..preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
 from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
 from .report import counted, progress_line
 from .space import Dimension
 from .trial import fit_trial, trial_dir
 
-INTERRUPTED_EXIT_CODE = 130  # the shell's code for Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
     try:
         flags = [dimension.flag(values[dimension.key]) for dimension in plan.space]
         with storages.heartbeat(storage, trial._trial_id):
-            fit_trial(plan.base_config, flags, run_dir, retry_of is not None, monitor)
+            fit_trial(plan.base_config, flags, run_dir, monitor)
     except NonFiniteLossError as error:  # this configuration diverges: a result, not a fault of the search
         study.tell(trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: {error}", flush=True)
@@ -196,12 +195,15 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
 
 
 def _interruption(stopped: BaseException, monitor: TrialMonitor) -> int | None:
-    """The exit code when a signal stopped the trial (Lightning reports both as ``SystemExit``), else ``None``."""
-    if isinstance(stopped, KeyboardInterrupt) or isinstance(monitor.exception, KeyboardInterrupt):
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores further Ctrl-C
+    """The exit code when a signal stopped the trial (reported as ``SystemExit``), else ``None``.
+
+    The kit's ``Preemption`` stops on SIGTERM (143) and Ctrl-C (130) alike and sets the code on Lightning's
+    ``SIGTERMException``; a second Ctrl-C raises ``Interrupted`` (130) at once.
+    """
+    if isinstance(stopped, (KeyboardInterrupt, Interrupted)) or isinstance(monitor.exception, KeyboardInterrupt):
         return INTERRUPTED_EXIT_CODE
     if isinstance(monitor.exception, SIGTERMException):
-        return PREEMPTED_EXIT_CODE
+        return int(monitor.exception.code or PREEMPTED_EXIT_CODE)
     return None
 
 
