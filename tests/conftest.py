@@ -69,7 +69,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
 
 # A quick slice of a generated suite: every config instantiates, and fit + validate run through the installed
 # console script. For extra bakes whose whole suite would not fit the CI budget (test_generated.py runs it).
-SMOKE_TESTS = ("tests/test_configs.py", "tests/test_cli.py::test_python_dash_m_and_console_script")
+SMOKE_TESTS = ("tests/task/test_configs.py", "tests/kit/test_cli.py::test_python_dash_m_and_console_script")
 
 
 def assert_tests_pass(project: Path, *pytest_args: str) -> None:

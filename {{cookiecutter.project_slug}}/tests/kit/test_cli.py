@@ -132,7 +132,11 @@ def test_python_dash_m_and_console_script(run_process: Callable[..., subprocess.
     assert script, f"console script {PACKAGE} is not installed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # the fixture task imports in the child
     validate = subprocess.run(
-        [script, "validate", *run_dir_flags(RUN), "--ckpt_path=best"], capture_output=True, text=True, timeout=300, env=env
+        [script, "validate", *run_dir_flags(RUN), "--ckpt_path=best"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
     assert "val/loss" in validate.stdout

@@ -1,4 +1,4 @@
-"""Fail fast, say where: a non-finite loss stops the run at its step; input checks catch NaN/Inf without false alarms."""
+"""Fail fast, say where: a non-finite loss stops the run at its step; input checks find NaN/Inf, no false alarms."""
 
 from __future__ import annotations
 

@@ -26,7 +26,13 @@ def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> Non
     # One thread per process in both runs: Lightning gives each process cpus / local processes threads,
     # and a different thread count changes the order of float sums.
     path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])  # the fixture task, in every process
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "PYTHON": sys.executable, "PYTHONPATH": path}
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "OMP_NUM_THREADS": "1",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": path,
+    }
     one_node = [sys.executable, "-m", PACKAGE, *FLAGS, "--trainer.devices=2", *run_dir_flags("runs/fixture/one")]
     single = subprocess.run(one_node, env=env, capture_output=True, text=True, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]

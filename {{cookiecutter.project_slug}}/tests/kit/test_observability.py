@@ -142,7 +142,10 @@ def test_schedule_preview_plot_shape(schedule_preview: ModuleType) -> None:
 def test_profiler_writes_a_trace_and_a_self_time_table(
     run_cli: Callable[..., object], caplog: pytest.LogCaptureFixture
 ) -> None:
-    profiler = [f"--trainer.profiler={PACKAGE}.kit.profiling.Profiler", "--trainer.profiler.sort_by_key=self_cpu_time_total"]
+    profiler = [
+        f"--trainer.profiler={PACKAGE}.kit.profiling.Profiler",
+        "--trainer.profiler.sort_by_key=self_cpu_time_total",
+    ]
     run_cli("fit", *run_dir_flags(RUN), *profiler, "--trainer.max_steps=6", "--trainer.num_sanity_val_steps=0")
     (trace,) = RUN.glob("*training_step*.pt.trace.json")
     assert json.loads(trace.read_text())["traceEvents"]

@@ -152,7 +152,8 @@ def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(
     code, _, err = search(cli, capsys, write_space(SPACE), "--trials=2", "--metric=val/acc", "--direction=maximize")
     assert code == 2
     assert err.strip().splitlines()[-1] == (
-        "error: the searched metric 'val/acc' is never logged; logged: lr-AdamW, train/grad_norm, train/loss, train/loss_step, val/loss"
+        "error: the searched metric 'val/acc' is never logged; logged: lr-AdamW, train/grad_norm, train/loss,"
+        " train/loss_step, val/loss"
     )
     assert len(load_study().get_trials()) == 1  # it stopped at the first trial's first validation
 

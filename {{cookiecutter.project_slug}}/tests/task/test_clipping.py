@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import probes
 import pytest
 
@@ -43,4 +44,8 @@ def test_value_clipping_caps_every_element(run_cli: Callable[..., object]) -> No
 def test_fused_adamw_with_clipping_under_mixed_precision_raises(run_cli: Callable[..., object]) -> None:
     # lightning#21435: known on 2.6.6, so no preset combines them. If this starts passing, say so in the README.
     with pytest.raises(RuntimeError, match=r"does not allow for gradient clipping.*fused"):
-        run_cli("fit", "--model.optimizer.init_args.fused=true", presets=("debug/tiny", "precision/bf16", "training/clip_norm"))
+        run_cli(
+            "fit",
+            "--model.optimizer.init_args.fused=true",
+            presets=("debug/tiny", "precision/bf16", "training/clip_norm"),
+        )

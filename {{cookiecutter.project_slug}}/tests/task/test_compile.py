@@ -27,7 +27,10 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
         built = cli.build_cli(
             [
                 "fit",
-                *[f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny", "model/transformer", "model/compile")],
+                *[
+                    f"--config={CONFIGS / name}.yaml"
+                    for name in ("default", "debug/tiny", "model/transformer", "model/compile")
+                ],
                 *[f"--model.network.init_args.{key}={value}" for key, value in NETWORK.items()],
                 f"--trainer.max_epochs={EPOCHS}",
                 "--trainer.callbacks+=probes.GraphCounter",

@@ -12,10 +12,24 @@ import torch
 import yaml
 from support import CONFIGS, PACKAGE, launch, run_dir_flags
 
-COMPOSED = ("model/transformer", "precision/bf16", "training/accumulate", "training/clip_norm", "training/warmup_restarts", "model/compile", "distributed/ddp")
+COMPOSED = (
+    "model/transformer",
+    "precision/bf16",
+    "training/accumulate",
+    "training/clip_norm",
+    "training/warmup_restarts",
+    "model/compile",
+    "distributed/ddp",
+)
 STACKS = [
     COMPOSED,
-    ("model/groupnorm", "training/accumulate", "training/clip_value", "model/activation_checkpointing", "training/deterministic"),
+    (
+        "model/groupnorm",
+        "training/accumulate",
+        "training/clip_value",
+        "model/activation_checkpointing",
+        "training/deterministic",
+    ),
     ("debug/tiny", "debug/overfit", "debug/detect_anomaly"),
     ("debug/limit_batches", "precision/fp16", "debug/fast_dev_run"),
 ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import probes
-from support import run_dir_flags
 import torch
+from support import run_dir_flags
 
 
 def losses(run_cli: Callable[..., object], seed: int, name: str) -> list[float]:

@@ -29,7 +29,9 @@ def test_fsdp_preset_parses(run_cli: Callable[..., object], capsys: pytest.Captu
 def test_fsdp_checkpoint_loads_without_fsdp(run_cli: Callable[..., object]) -> None:
     fitted = run_cli("fit", f"--trainer.devices={torch.cuda.device_count()}", presets=STACK)
     assert type(fitted.trainer.strategy).__name__ == "FSDPStrategy"
-    checkpoint = torch.load(Path(fitted.trainer.log_dir, "checkpoints/best.ckpt"), map_location="cpu", weights_only=True)
+    checkpoint = torch.load(
+        Path(fitted.trainer.log_dir, "checkpoints/best.ckpt"), map_location="cpu", weights_only=True
+    )
     assert "network.blocks.0.attn.qkv.weight" in checkpoint["state_dict"]  # whole tensors, plain keys
     # The same checkpoint loads into a plain model on one device, exactly, and validates to about its score
     # (FSDP computes in bf16 weights, plain bf16-mixed autocasts fp32 weights: a sample may flip).

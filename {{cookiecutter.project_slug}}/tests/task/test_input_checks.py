@@ -1,4 +1,4 @@
-"""The example's input checks: a bad sample of the gratings data stops the run before training, named by split and index."""
+"""The example's input checks: a bad gratings sample stops the run before training, named by split and index."""
 
 from __future__ import annotations
 
@@ -69,7 +69,9 @@ def test_bad_data_exits_1_with_one_error_line(gratings: ModuleType, tmp_path: Pa
     cached = torch.load(path, weights_only=True)
     _nan_pixel(cached["images"], cached["labels"])
     torch.save(cached, path)
-    done = launch(PACKAGE, "fit", f"--config={CONFIGS / 'debug/tiny.yaml'}", f"--data.init_args.data_dir={cache}", cwd=tmp_path)
+    done = launch(
+        PACKAGE, "fit", f"--config={CONFIGS / 'debug/tiny.yaml'}", f"--data.init_args.data_dir={cache}", cwd=tmp_path
+    )
     assert done.returncode == 1
     assert done.stdout.rstrip().splitlines()[-1] == "error: train sample 17: contains NaN or Inf values"
     assert not list((tmp_path / "runs").rglob("*.ckpt"))

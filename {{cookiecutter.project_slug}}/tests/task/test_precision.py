@@ -9,8 +9,8 @@ from types import ModuleType
 import probes
 import pytest
 import torch
-from support import CONFIGS
 from lightning.pytorch.plugins.precision import MixedPrecision
+from support import CONFIGS
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -28,7 +28,9 @@ def test_predict_writes_one_row_per_input_file(
     torch.save(images(*SHAPE, seed=1), inputs / "b.pt")  # one image
     run_cli("fit", *run_dir_flags(RUN))
     presets = ("debug/tiny", "predict/writer")
-    run_cli("predict", *run_dir_flags(RUN), "--ckpt_path=best", f"--data.init_args.predict_path={inputs}", presets=presets)
+    run_cli(
+        "predict", *run_dir_flags(RUN), "--ckpt_path=best", f"--data.init_args.predict_path={inputs}", presets=presets
+    )
     saved = torch.load(RUN / "predictions" / "predictions.pt", weights_only=True)
     model = classifier.Classifier.load_from_checkpoint(RUN / "checkpoints/best.ckpt", weights_only=True).eval()
     with torch.no_grad():

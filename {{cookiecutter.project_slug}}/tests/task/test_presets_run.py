@@ -51,4 +51,4 @@ def test_fit_with_no_config_is_the_default_run(cli: ModuleType, in_tmp: Path) ->
     assert type(fitted.model).__name__ == "Classifier"
     assert type(fitted.datamodule).__name__ == "GratingsDataModule"
     assert fitted.trainer.global_step == 2
-    assert list(Path("runs/default").glob("*/checkpoints/last.ckpt"))  # a run of the default experiment  # the default experiment's run directory
+    assert list(Path("runs/default").glob("*/checkpoints/last.ckpt"))  # a run of the default experiment

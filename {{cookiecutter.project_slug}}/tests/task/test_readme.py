@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import sys
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support import PACKAGE, ROOT
 
-PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+PAGES = {
+    path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+}
 TEXT = "\n".join(PAGES.values())
 
 
@@ -50,14 +52,14 @@ def test_every_referenced_test_exists() -> None:
 
 
 @pytest.fixture
-def readme_examples(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+def readme_examples(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     """The README's Python examples, importable as the module ``readme_examples``."""
     blocks = re.findall(r"```python\n(.*?)```", PAGES["README.md"], re.DOTALL)
     assert len(blocks) == 3  # data, network, LightningModule
     module = types.ModuleType("readme_examples")
-    exec(compile("\n".join(blocks), "README.md", "exec"), module.__dict__)  # noqa: S102 - our own README
+    exec(compile("\n".join(blocks), "README.md", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "readme_examples", module)
-    yield module
+    return module
 
 
 @pytest.mark.parametrize(

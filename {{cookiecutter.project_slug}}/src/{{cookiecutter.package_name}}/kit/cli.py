@@ -306,9 +306,7 @@ def default_config_files() -> list[str]:
     return []
 
 
-def build_cli(
-    args: ArgsType = None, run: bool = True, cli_class: Callable[..., ProjectCLI] = ProjectCLI
-) -> ProjectCLI:
+def build_cli(args: ArgsType = None, run: bool = True, cli_class: Callable[..., ProjectCLI] = ProjectCLI) -> ProjectCLI:
     """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand.
 
     ``cli_class``: ``ProjectCLI`` or a subclass with the same settings (``search`` parses and runs trials with its own).

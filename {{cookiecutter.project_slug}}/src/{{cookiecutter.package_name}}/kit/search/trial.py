@@ -50,7 +50,7 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: Trial
         f"--trainer.default_root_dir={run_dir.parent.parent}",
         f"--run.experiment={run_dir.parent.name}",
         f"--run.name={run_dir.name}",
-        # `last` starts the trial when it has nothing to resume (its folder already holds fit.log), resumes it otherwise.
+        # `last` starts the trial when there is nothing to resume (its folder holds fit.log already), else resumes.
         "--ckpt_path=last",
     ]
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,6 @@ from .space import Dimension
 from .trial import fit_trial, trial_dir
 
 
-
 @dataclass(frozen=True)
 class Plan:
     """Everything a worker needs to run a study's trials (picklable: spawned workers get it)."""
