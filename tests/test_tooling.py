@@ -96,7 +96,8 @@ def test_makefile_commands_use_the_package_and_existing_files(baked: Baked) -> N
         assert result.returncode == 0, result.stderr
         for path in re.findall(r"\bconfigs/\S+\.yaml", result.stdout):
             assert (project / path).is_file(), f"make {target} uses missing {path}"
-    assert f"{sys.executable} -m tool_check fit -c configs/debug/tiny.yaml" in make(project, "--dry-run", "debug").stdout
+    debug = make(project, "--dry-run", "debug").stdout
+    assert f"{sys.executable} -m tool_check fit -c configs/debug/tiny.yaml" in debug
     train = make(project, "--dry-run", "train", "CONFIG=configs/model/transformer.yaml").stdout
     assert f"{sys.executable} -m tool_check fit -c configs/model/transformer.yaml" in train
     predict = make(project, "--dry-run", "predict", "INPUTS=inputs/").stdout
