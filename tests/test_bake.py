@@ -220,7 +220,7 @@ def test_answers_reach_the_project(baked: Callable[..., Path]) -> None:
     assert meta["project"]["authors"] == [{"name": NON_DEFAULT["author_name"], "email": NON_DEFAULT["email"]}]
     assert meta["project"]["requires-python"] == ">=3.12"
     assert meta["project"]["license"] == "Apache-2.0"
-    assert meta["project"]["scripts"] == {package: f"{package}.cli:main"}
+    assert meta["project"]["scripts"] == {package: f"{package}.kit.cli:main"}
     assert meta["tool"]["ruff"]["target-version"] == "py312"
     assert f"class_path: {package}.task.networks.ConvNet" in (project / "configs/default.yaml").read_text()
     assert "# Détection d'Objets 数据 v2" in (project / "README.md").read_text(encoding="utf-8")
