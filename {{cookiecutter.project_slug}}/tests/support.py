@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -71,3 +72,20 @@ def refused(capsys: pytest.CaptureFixture[str], command: Callable[[], object]) -
     assert len(errors) == 1, err
     assert err.strip().splitlines()[-1] == errors[0], err  # nothing after it: one line, no traceback
     return errors[0]
+
+
+def assert_identical(actual: object, expected: object, where: str = "checkpoint") -> None:
+    """Equal structure and bit-identical tensors (what exact resume promises of two checkpoints)."""
+    assert type(actual) is type(expected), where
+    if isinstance(expected, torch.Tensor):
+        assert torch.equal(actual, expected), where  # type: ignore[arg-type]
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys(), where  # type: ignore[attr-defined]
+        for key in expected:
+            assert_identical(actual[key], expected[key], f"{where}[{key!r}]")  # type: ignore[index]
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), where  # type: ignore[arg-type]
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):  # type: ignore[call-overload]
+            assert_identical(a, e, f"{where}[{index}]")
+    else:
+        assert actual == expected, where

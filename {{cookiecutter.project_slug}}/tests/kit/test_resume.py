@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from faults import fault
-from support import PACKAGE, TESTS, launch, run_dir_flags, submodule
+from support import PACKAGE, TESTS, assert_identical, launch, run_dir_flags, submodule
 
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 
@@ -35,23 +35,6 @@ def resume_in_process(cli: ModuleType, run: Path, *args: str) -> dict[str, Any]:
 def launched_fit(run: Path, *args: str) -> Any:
     """A fit of the fixture task in a process of its own, run in the folder that holds ``runs/``."""
     return launch(PACKAGE, "fit", *run_dir_flags(run), *args, cwd=run.parents[2])
-
-
-def assert_identical(actual: object, expected: object, where: str = "checkpoint") -> None:
-    """Equal structure and bit-identical tensors."""
-    assert type(actual) is type(expected), where
-    if isinstance(expected, torch.Tensor):
-        assert torch.equal(actual, expected), where
-    elif isinstance(expected, dict):
-        assert actual.keys() == expected.keys(), where
-        for key in expected:
-            assert_identical(actual[key], expected[key], f"{where}[{key!r}]")
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), where
-        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            assert_identical(a, e, f"{where}[{index}]")
-    else:
-        assert actual == expected, where
 
 
 def position(checkpoint: dict[str, Any]) -> list[dict[str, int]]:

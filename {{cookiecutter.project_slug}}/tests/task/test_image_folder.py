@@ -16,7 +16,7 @@ import pytest
 import torch
 from faults import fault
 from PIL import Image
-from support import CONFIGS, PACKAGE, launch, run_dir_flags, submodule
+from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
 
 SETUP = [
     f"--config={CONFIGS / 'data/image_folder.yaml'}",
@@ -70,23 +70,6 @@ def straight(cli: ModuleType, root: Path, tmp_path_factory: pytest.TempPathFacto
     run = tmp_path_factory.mktemp("straight") / "runs" / "image_folder" / "straight"
     built = fit(cli, run, root, "--data.init_args.num_workers=0")
     return built, last(run)
-
-
-def assert_identical(actual: object, expected: object, where: str) -> None:
-    """Equal structure and bit-identical tensors."""
-    assert type(actual) is type(expected), where
-    if isinstance(expected, torch.Tensor):
-        assert torch.equal(actual, expected), where
-    elif isinstance(expected, dict):
-        assert actual.keys() == expected.keys(), where
-        for key in expected:
-            assert_identical(actual[key], expected[key], f"{where}[{key!r}]")
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), where
-        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            assert_identical(a, e, f"{where}[{index}]")
-    else:
-        assert actual == expected, where
 
 
 def test_finds_the_classes_splits_them_and_decodes_png_and_jpeg(image_folder: ModuleType, root: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 import torch
 from faults import fault
 from lightning.pytorch.callbacks import EMAWeightAveraging
-from support import CONFIGS, PACKAGE, launch, run_dir_flags, submodule
+from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
 
 early_stopping = submodule("kit.early_stopping")
 EMA = [f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "training/ema")]
@@ -37,23 +37,6 @@ def test_ema_and_early_stopping_stack_with_other_presets(run_cli: Callable[..., 
     assert built.trainer.max_epochs == 2  # debug/tiny's length still holds
     last = torch.load(Path(built.trainer.log_dir, "checkpoints/last.ckpt"), weights_only=True)
     assert int(last["averaging_state"]["n_averaged"]) == built.trainer.global_step == 8
-
-
-def assert_identical(actual: object, expected: object, where: str) -> None:
-    """Equal structure and bit-identical tensors."""
-    assert type(actual) is type(expected), where
-    if isinstance(expected, torch.Tensor):
-        assert torch.equal(actual, expected), where  # type: ignore[arg-type]
-    elif isinstance(expected, dict):
-        assert actual.keys() == expected.keys(), where  # type: ignore[attr-defined]
-        for key in expected:
-            assert_identical(actual[key], expected[key], f"{where}[{key!r}]")  # type: ignore[index]
-    elif isinstance(expected, (list, tuple)):
-        assert len(actual) == len(expected), where  # type: ignore[arg-type]
-        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):  # type: ignore[call-overload]
-            assert_identical(a, e, f"{where}[{index}]")
-    else:
-        assert actual == expected, where
 
 
 @pytest.fixture(scope="module")
