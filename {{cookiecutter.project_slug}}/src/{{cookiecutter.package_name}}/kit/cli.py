@@ -19,11 +19,10 @@ from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 from jsonargparse import auto_cli
-from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
-from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
+from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
     ConfigFile,
@@ -34,19 +33,15 @@ from .bad_input import (
     describe,
     innermost_cause,
 )
-from .checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
+from .checkpoint_io import CheckpointWriteError
 from .checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
 from .data_checks import InvalidDataError
-from .memory import MemoryBudget
-from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
-from .nonfinite import NonFiniteLossError, StopOnNonFiniteLoss
-from .preemption import INTERRUPTED_EXIT_CODE, Preemption, ctrl_c_exits_130
-from .progress import EpochLine
+from .nonfinite import NonFiniteLossError
+from .preemption import INTERRUPTED_EXIT_CODE, ctrl_c_exits_130
 from .protocol import LINKED_ATTRIBUTES
 from .provenance import Provenance, RunRecord, describe_origin
-from .resume import ExactResume
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
-from .task_checks import StartCheck, check_folder, check_monitor, check_paths, check_task, check_trainer
+from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -136,7 +131,7 @@ class ProjectCLI(LightningCLI):
         if config.get("logger") in (None, True):  # not configured: TensorBoard events, for training only
             kwargs["logger"] = self._logger(directory)
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        kwargs["callbacks"] = [*_as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
+        kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except BaseException:
@@ -250,34 +245,6 @@ class ProjectCLI(LightningCLI):
                 raise
         if self.record is not None:
             self.record.end_session(None)
-
-
-def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
-    """The callbacks every run gets, whatever ``trainer.callbacks`` holds: safeguards, then observability.
-
-    Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
-    """
-    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFiniteLoss()]
-    callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
-    if trainer_config.get("logger") is not False:
-        callbacks.append(LearningRateMonitor(logging_interval="step"))
-    if trainer_config.get("enable_model_summary") is not False:
-        callbacks.append(ModelSummary(max_depth=3))
-    return callbacks
-
-
-def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
-    """``trainer.plugins`` plus ``AtomicCheckpointIO``, unless the config chose another checkpoint plugin."""
-    configured = _as_list(plugins)
-    if any(isinstance(plugin, CheckpointIO) for plugin in configured):
-        return configured
-    return [*configured, AtomicCheckpointIO()]
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def is_global_zero_process() -> bool:

@@ -1,0 +1,53 @@
+"""What every run gets, whatever its config says: the safeguards, the monitors and the atomic checkpoint writer.
+
+Registered by the CLI in code (``cli.py``), so a config that sets ``trainer.callbacks:`` or ``trainer.plugins:``
+keeps them. Their settings have their own keys (``best_checkpoint``, ``last_checkpoint``) or follow the
+Trainer's switches (``logger``, ``enable_model_summary``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.plugins.io import CheckpointIO
+
+from .bad_input import SetupPhase
+from .checkpoint_io import AtomicCheckpointIO
+from .memory import MemoryBudget
+from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
+from .nonfinite import StopOnNonFiniteLoss
+from .preemption import Preemption
+from .progress import EpochLine
+from .resume import ExactResume
+from .task_checks import StartCheck
+
+
+def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
+    """The callbacks every run gets, whatever ``trainer.callbacks`` holds: safeguards, then observability.
+
+    Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
+    """
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFiniteLoss()]
+    callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
+    if trainer_config.get("logger") is not False:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if trainer_config.get("enable_model_summary") is not False:
+        callbacks.append(ModelSummary(max_depth=3))
+    return callbacks
+
+
+def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
+    """``trainer.plugins`` plus ``AtomicCheckpointIO``, unless the config chose another checkpoint plugin."""
+    configured = as_list(plugins)
+    if any(isinstance(plugin, CheckpointIO) for plugin in configured):
+        return configured
+    return [*configured, AtomicCheckpointIO()]
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` as a list: a config entry may hold nothing, one item or several."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
