@@ -1,12 +1,12 @@
 """The hyperparameter search on the default task, measured: what it finds, what pruning saves, what workers add.
 
-    python bench/search.py                  # 12 trials a search, 2 workers (15 min on 2 quiet CPU cores)
+    python bench/search.py                  # 12 trials a search, 2 workers (25 min on 2 quiet CPU cores)
     python bench/search.py --tiny true      # every step end to end on tiny data (a few minutes): no numbers
 
-Runs ``configs/search/default.yaml`` (LR, weight decay, dropout, width; 2 epochs a trial) as a user would, each
+Runs ``configs/search/default.yaml`` (LR, weight decay, dropout, width; 3 epochs a trial) as a user would, each
 command in its own process: first with TPE and no pruning (2 workers); then the same configurations again, queued
 in that order, with the preset's median pruning (2 workers), and without pruning on 1 worker, so every side pays
-for the same trials. Then ``fit`` of the default config with the trials' settings (2 epochs) and, at the
+for the same trials. Then ``fit`` of the default config with the trials' settings (3 epochs) and, at the
 default's 10 epochs, the default config against the best preset. Prints one markdown table, the machine and the
 load average (other work on the machine slows every side).
 """
@@ -59,7 +59,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 12, full_epoch
         settings = ", ".join(f"{key.split('.')[-1]}={_short(value)}" for key, value in best.params.items())
         rows = [
             Row(
-                "Search: best trial's val/acc, 2 epochs",
+                f"Search: best trial's val/acc, {'2' if tiny else '3'} epochs",
                 "default config",
                 default_short,
                 f"best of {trials} (trial {best.number})",
