@@ -1,12 +1,12 @@
 """The hyperparameter search on the default task, measured: what it finds, what pruning saves, what workers add.
 
-    python bench/search.py                  # 12 trials a search, 2 workers (about 45 min on 2 busy CPU cores)
+    python bench/search.py                  # 12 trials a search, 2 workers (25 min on 2 quiet CPU cores)
     python bench/search.py --tiny true      # every step end to end on tiny data (a few minutes): no numbers
 
-Runs ``configs/search/default.yaml`` (LR, weight decay, dropout, width; 2 epochs a trial) as a user would, each
+Runs ``configs/search/default.yaml`` (LR, weight decay, dropout, width; 3 epochs a trial) as a user would, each
 command in its own process: first with TPE and no pruning (2 workers); then the same configurations again, queued
-in that order, with the preset's median pruning (2 workers) and, the first few, on 1 worker, so every side pays
-for the same trials. Then ``fit`` of the default config with the trials' settings (2 epochs) and, at the
+in that order, with the preset's median pruning (2 workers), and without pruning on 1 worker, so every side pays
+for the same trials. Then ``fit`` of the default config with the trials' settings (3 epochs) and, at the
 default's 10 epochs, the default config against the best preset. Prints one markdown table, the machine and the
 load average (other work on the machine slows every side).
 """
@@ -29,7 +29,7 @@ TINY = ["--config=" + str(CONFIGS / "debug" / "tiny.yaml"), "--run.experiment=de
 NO_PRUNING = "--pruner=optuna.pruners.NopPruner"
 
 
-def main(trials: int = 12, workers: int = 2, single_trials: int = 4, full_epochs: int = 10, tiny: bool = False) -> str:
+def main(trials: int = 12, workers: int = 2, single_trials: int = 12, full_epochs: int = 10, tiny: bool = False) -> str:
     """Runs the searches and fits, then prints the table.
 
     Args:
@@ -40,7 +40,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 4, full_epochs
         tiny: Tiny data and 3 trials: checks that every step runs, measures nothing.
     """
     if tiny:
-        trials, single_trials, full_epochs = 3, 2, 2
+        trials, single_trials, full_epochs = 3, 3, 2
     extra = TINY if tiny else []
     start, loads = time.perf_counter(), []
     with tempfile.TemporaryDirectory(prefix="bench-search-") as workdir:
@@ -59,7 +59,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 4, full_epochs
         settings = ", ".join(f"{key.split('.')[-1]}={_short(value)}" for key, value in best.params.items())
         rows = [
             Row(
-                "Search: best trial's val/acc, 2 epochs",
+                f"Search: best trial's val/acc, {'2' if tiny else '3'} epochs",
                 "default config",
                 default_short,
                 f"best of {trials} (trial {best.number})",
@@ -94,7 +94,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 4, full_epochs
                 f"{workers} workers",
                 3600 * trials / unpruned["seconds"],
                 "trials/h",
-                note=f"the first {single_trials} and all {trials} trials; wall time includes the process start",
+                note=f"{single_trials} and {trials} of the same trials; wall time includes the process start",
             )
         )
     load = ", ".join(f"{value:.1f}" for value in loads)

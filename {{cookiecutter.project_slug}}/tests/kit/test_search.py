@@ -36,8 +36,9 @@ def write_space(space: dict[str, object], name: str = "space.yaml") -> str:
     return f"--config={name}"
 
 
-def load_study(name: str = "search") -> optuna.Study:
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log")))
+def load_study(name: str = "search", search_dir: Path = SEARCH) -> optuna.Study:
+    journal = optuna.storages.journal.JournalFileBackend(str(search_dir / "study.log"))
+    storage = optuna.storages.JournalStorage(journal)
     return optuna.load_study(study_name=name, storage=storage)
 
 
@@ -173,3 +174,9 @@ def test_pruned_trials_stop_after_the_epoch_optuna_prunes_them(
         assert (last["epoch"], last["global_step"]) == (0, 16)  # the first epoch of three, then a clean stop
     assert "no complete trial yet: no best.yaml" in out
     assert not (SEARCH / "best.yaml").exists()
+    # Stopping after the last epoch would save nothing: such a trial completes, with its value.
+    one = ["--trials=1", "--trainer.max_epochs=1", "--run.name=one-epoch"]
+    code, _, _ = search(cli, capsys, "--config=space.yaml", *pruner, *one)
+    assert code == 0
+    (trial,) = load_study("one-epoch", SEARCH.parent / "one-epoch").get_trials()
+    assert trial.state == optuna.trial.TrialState.COMPLETE

@@ -269,9 +269,12 @@ def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser
         print(f"best trial {best.number}: its run directory is on the machine that ran it", flush=True)
         return
     default = yaml.safe_load(parser.dump(parser.parse_args([]), skip_none=False, skip_validation=True))
+    threads = best.user_attrs.get("torch_threads")
     note = (
         f"Best of search {plan.search_dir}: trial {best.number}, {plan.metric} = {best.value:.6g} ({plan.direction}).\n"
-        f"What it changes from the default config. Train it again: fit -c {plan.search_dir / 'best.yaml'}"
+        "What it changes from the default config. Train that trial again, bit for bit on this machine (its CPU\n"
+        f"runs used {threads} torch thread(s)): OMP_NUM_THREADS={threads} {__package__.split('.')[0]} fit -c"
+        f" {plan.search_dir / 'best.yaml'}"
     )
     path = write_best_preset(plan.search_dir / "best.yaml", config, default, note)
     print(f"best trial {best.number}: {plan.metric} = {best.value:.6g}; preset: {path}", flush=True)

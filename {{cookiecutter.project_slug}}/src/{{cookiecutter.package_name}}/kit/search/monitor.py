@@ -65,7 +65,9 @@ class TrialMonitor(pl.Callback):
             return
         self.trial.report(self._pending, trainer.current_epoch)
         self.reported[trainer.current_epoch], self._pending = self._pending, None
-        if self.trial.should_prune():
+        # After the last epoch there is nothing left to save: the trial completes, with its value.
+        last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs > 0
+        if not last and self.trial.should_prune():
             self.pruned = True
             trainer.should_stop = True  # ends the run cleanly after this epoch: checkpoints and events complete
 

@@ -164,6 +164,7 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
     values = {dimension.key: dimension.suggest(trial) for dimension in plan.space}
     monitor = TrialMonitor(trial, plan.metric, plan.direction, values, dict(frozen.intermediate_values))
     run_dir = trial_dir(plan.search_dir, trial.number if retry_of is None else retry_of)
+    trial.set_user_attr("torch_threads", torch.get_num_threads())  # float sums, and so results, depend on it
     try:
         flags = [dimension.flag(values[dimension.key]) for dimension in plan.space]
         with storages.heartbeat(storage, trial._trial_id):
