@@ -281,7 +281,9 @@ def build_cli(args: ArgsType = None, run: bool = True, cli_class: Callable[..., 
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
-    main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0]} if run else settings
+    # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
+    epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
+    main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0], "epilog": epilog} if run else settings
     return cli_class(
         pl.LightningModule,
         pl.LightningDataModule,
