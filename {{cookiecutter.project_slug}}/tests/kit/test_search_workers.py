@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -77,7 +78,7 @@ def load_study(storage: str | None = None, name: str = "search") -> optuna.Study
 
 
 @pytest.mark.slow
-def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(space: Path) -> None:
+def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(space: Path, cli: ModuleType) -> None:
     last = str(SEARCH / "trial-000" / "checkpoints" / "last.ckpt")
     # SIGTERM: the running trial saves at the next step and the worker exits 143, its trial queued again.
     search = start(*ARGS, "--trials=2")
@@ -115,6 +116,10 @@ def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(sp
     # Each restart resumed the trial from its last.ckpt (as `fit --ckpt_path last`) rather than starting it over.
     log = (SEARCH / "trial-000" / "fit.log").read_text()
     assert log.count("Restored all states from the checkpoint at runs/fixture/search/trial-000") == 3
+    # Stopped three times and resumed each time, the trial ends exactly where one uninterrupted fit ends.
+    values = [f"--{key}={value}" for key, value in trials[3].params.items()]
+    straight = cli.build_cli(["fit", f"--config={SEARCH / 'base.yaml'}", *values, "--run.name=straight"])
+    assert float(straight.trainer.checkpoint_callback.best_model_score) == trials[3].value
 
 
 @pytest.mark.slow
