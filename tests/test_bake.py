@@ -126,6 +126,7 @@ EXPECTED_FILES = {
     "tests/kit/test_export.py",
     "tests/kit/test_failfast.py",
     "tests/kit/test_finders.py",
+    "tests/kit/test_layout.py",
     "tests/kit/test_multinode.py",
     "tests/kit/test_observability.py",
     "tests/kit/test_prediction.py",
