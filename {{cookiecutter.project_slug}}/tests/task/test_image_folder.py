@@ -11,11 +11,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from faults import fault
-from PIL import Image
 from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
 
 SETUP = [
@@ -29,31 +27,14 @@ SETUP = [
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 
 
-def write_image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 16) -> Path:
-    """Class ``k`` is a colour ramp of its own direction under noise; even files PNG, odd files JPEG."""
-    rng = np.random.default_rng(0)
-    ramp = np.linspace(0, 1, size)
-    for label in range(classes):
-        folder = root / f"class_{label}"
-        folder.mkdir(parents=True)
-        for index in range(per_class):
-            angle = 2 * np.pi * label / classes
-            base = np.cos(angle) * ramp[None, :] + np.sin(angle) * ramp[:, None]  # (H, W)
-            pixels = 128 + 60 * base[..., None] + 20 * rng.standard_normal((size, size, 3))  # (H, W, 3)
-            image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
-            image.save(folder / f"{index:03d}.{'jpg' if index % 2 else 'png'}")
-    (root / "class_0" / "notes.txt").write_text("not an image: ignored")
-    return root
-
-
 @pytest.fixture(scope="module")
 def image_folder() -> ModuleType:
     return submodule("task.image_folder")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_image_folder(tmp_path_factory.mktemp("images") / "root")
+def root(image_root: Path) -> Path:
+    return image_root
 
 
 def fit(cli: ModuleType, run: Path, root: Path, *args: str) -> Any:
@@ -114,8 +95,8 @@ def test_a_bad_folder_is_named(image_folder: ModuleType, tmp_path: Path, make: A
         image_folder.ImageFolderDataModule(str(root))
 
 
-def test_a_corrupt_image_is_named_by_its_path(image_folder: ModuleType, tmp_path: Path) -> None:
-    root = write_image_folder(tmp_path / "root", per_class=10)
+def test_a_corrupt_image_is_named_by_its_path(image_folder: ModuleType, write_images: Any, tmp_path: Path) -> None:
+    root = write_images(tmp_path / "root", per_class=10)
     broken = root / "class_1" / "004.png"
     broken.write_bytes(broken.read_bytes()[:60])  # a copy that stopped
     data = image_folder.ImageFolderDataModule(str(root), batch_size=4, num_workers=0, val_fraction=0.1)
