@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shlex
 import signal
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -111,6 +113,19 @@ def test_a_killed_run_resumes_into_one_continuous_curve(
         (True, None),
         (False, "finished"),
     ]
+
+
+def test_a_resume_within_the_second_of_its_kill_still_sorts_after_it(tmp_path: Path) -> None:
+    # TensorBoard reads events files in name order, and the name starts with the second of creation.
+    run = tmp_path / "fixture" / "run"
+    run.mkdir(parents=True)
+    # The killed session's file, from this second, by a process whose pid sorts after this one's.
+    earlier = run / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.999999999.0"
+    earlier.write_bytes(b"")
+    logger = runs.RunLogger(run, purge_step=5)
+    logger.log_metrics({"train/loss_step": 1.0}, step=5)
+    logger.finalize("success")
+    assert sorted(path.name for path in run.glob("events.out.tfevents.*"))[0] == earlier.name
 
 
 def test_an_existing_named_run_is_resumed_never_overwritten(

@@ -30,7 +30,8 @@ def test_a_preset_left_unfilled_names_the_missing_key(
     cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     error = refused(capsys, lambda: build(cli, "data/image_folder"))
-    assert "required: root" in error and "ImageFolderDataModule" in error
+    assert "required: root" in error
+    assert "ImageFolderDataModule" in error
 
 
 def test_no_config_builds_the_default_run(cli: ModuleType, classifier: ModuleType, in_tmp: Path) -> None:

@@ -11,6 +11,7 @@ a path to any run's checkpoint works too, and ``fit`` from a run's checkpoint co
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import count
@@ -204,6 +205,20 @@ def format_runs(root: Path, experiment: str | None = None) -> str:
     )
 
 
+def _after_earlier_events(directory: Path) -> None:
+    """Waits (at most a second) until this session's events file sorts after the run's earlier ones.
+
+    TensorBoard reads a folder's events files in name order, and a name starts with the second it was created
+    (``events.out.tfevents.<seconds>.<host>.<pid>``): a resume started within the same second as the session
+    it continues would be read first, and its curve put before the one it continues.
+    """
+    names = [path.name.split(".") for path in directory.glob("events.out.tfevents.*")]
+    seconds = [int(name[3]) for name in names if name[3].isdigit()]
+    wait = max(seconds, default=0) + 1 - time.time()
+    if 0 < wait <= 1:
+        time.sleep(wait)
+
+
 class RunLogger(TensorBoardLogger):
     """TensorBoard events in the run folder; remembers the last step it logged, so a resume can purge what follows.
 
@@ -213,6 +228,8 @@ class RunLogger(TensorBoardLogger):
 
     def __init__(self, directory: Path, purge_step: int | None = None) -> None:
         kwargs: dict[str, Any] = {} if purge_step is None else {"purge_step": purge_step}
+        if purge_step is not None:
+            _after_earlier_events(directory)
         super().__init__(
             save_dir=str(directory.parent.parent),
             name=directory.parent.name,
