@@ -28,8 +28,9 @@ main: setup ## Bake a project with the default answers, train it on its default 
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
+# Two workers: the generated suite (one test, minutes, mostly on one core) runs beside the rest; idle ones steal work.
 test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --numprocesses 2 --dist worksteal
 
 lint: setup ## Lint the template repository (generated projects are linted by the tests).
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
