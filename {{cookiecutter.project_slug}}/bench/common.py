@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -87,19 +88,30 @@ class StepTimer(pl.Callback):
             torch.save(pl_module.state_dict(), Path(self.output).with_suffix(".pt"))
 
 
-def timed_fit(
-    workdir: Path, steps: int, *flags: str, presets: tuple[str, ...] = (), data: Any = None
-) -> tuple[float, StepTimer]:
-    """Wall time of a whole CPU ``fit`` of ``steps`` optimizer steps, and its step record.
+def fit_once(
+    workdir: Path, steps: int, *flags: str, presets: tuple[str, ...] = (), data: Any = None, without: type | None = None
+) -> tuple[Any, StepTimer, Path]:
+    """A whole CPU ``fit`` of ``steps`` optimizer steps: the built objects, its step record and its run folder.
 
-    ``data``, if given, wraps the configured datamodule (``data(datamodule)``) before fitting.
+    ``data``, if given, wraps the configured datamodule (``data(datamodule)``) before fitting; ``without``
+    takes a callback class out of the always-on ones (the side of a row that measures what it costs).
     """
-    start = time.perf_counter()
     run_dir = Path(tempfile.mkdtemp(prefix="fit-", dir=workdir))
     built = build(run_dir, f"--trainer.max_steps={steps}", "--trainer.accelerator=cpu", *flags, presets=presets)
+    if without is not None:
+        built.trainer.callbacks[:] = [c for c in built.trainer.callbacks if not isinstance(c, without)]
     timer = StepTimer()
     built.trainer.callbacks.append(timer)
     built.trainer.fit(built.model, built.datamodule if data is None else data(built.datamodule))
+    return built, timer, run_dir
+
+
+def timed_fit(
+    workdir: Path, steps: int, *flags: str, presets: tuple[str, ...] = (), data: Any = None
+) -> tuple[float, StepTimer]:
+    """Wall time of a whole CPU ``fit`` (``fit_once``), setup included, and its step record."""
+    start = time.perf_counter()
+    _, timer, _ = fit_once(workdir, steps, *flags, presets=presets, data=data)
     return time.perf_counter() - start, timer
 
 
@@ -155,6 +167,15 @@ def markdown(rows: list[Row]) -> str:
             f"| {row.note} |"
         )
     return "\n".join(lines)
+
+
+def report(rows: list[Row], start: float, tiny: bool, about_machine: str = "") -> str:
+    """The table, the machine, and the command that made it with its wall time since ``start``."""
+    command = " ".join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    seconds = f"{time.perf_counter() - start:.0f} s{', tiny: not a measurement' if tiny else ''}"
+    return "\n".join(
+        [markdown(rows), "", f"Machine: {machine()}.{about_machine}", f"Command: `{command}` ({seconds})."]
+    )
 
 
 def machine() -> str:

@@ -9,25 +9,19 @@ The seam's own work per batch is also timed alone, against a whole step.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
-from common import Row, StepTimer, best_median_ms, build, project, steady
+from common import Row, StepTimer, best_median_ms, build, fit_once, project, steady
 from torch.utils.data import DataLoader, Dataset
 
 
 def seam_fit(workdir: Path, steps: int, resumable: bool, workers: int, presets: tuple[str, ...]) -> StepTimer:
     """A CPU ``fit`` of ``steps`` optimizer steps, with the kit's resumable train loader or the user's own."""
-    run_dir = Path(tempfile.mkdtemp(prefix="fit-", dir=workdir))
-    flags = (f"--trainer.max_steps={steps}", "--trainer.accelerator=cpu", f"--data.init_args.num_workers={workers}")
-    built = build(run_dir, *flags, presets=presets)
-    if not resumable:
-        exact = project("kit.resume").ExactResume
-        built.trainer.callbacks[:] = [c for c in built.trainer.callbacks if not isinstance(c, exact)]
-    timer = StepTimer()
-    built.trainer.callbacks.append(timer)
-    built.trainer.fit(built.model, built.datamodule)
+    without = None if resumable else project("kit.resume").ExactResume
+    built, timer, _ = fit_once(
+        workdir, steps, f"--data.init_args.num_workers={workers}", presets=presets, without=without
+    )
     loader_class = type(built.trainer.train_dataloader).__name__
     assert (loader_class == "ResumableLoader") == resumable, loader_class
     return timer

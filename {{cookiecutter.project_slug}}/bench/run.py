@@ -21,7 +21,7 @@ from jsonargparse import CLI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, also when imported by tests
 
-from common import machine, markdown
+from common import report as bench_report
 
 COMPARISONS = ("overhead", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu", "safeguards")
 
@@ -45,15 +45,7 @@ def main(tiny: bool = False, repeats: int = 5, only: list[str] | None = None) ->
             began = time.perf_counter()
             rows += importlib.import_module(name).run(tiny=tiny, repeats=repeats, workdir=Path(workdir))
             print(f"bench: {name} took {time.perf_counter() - began:.0f} s", file=sys.stderr)
-    command = " ".join(["python bench/run.py", *sys.argv[1:]])
-    report = "\n".join(
-        [
-            markdown(rows),
-            "",
-            f"Machine: {machine()}.",
-            f"Command: `{command}` ({time.perf_counter() - start:.0f} s{', tiny: not a measurement' if tiny else ''}).",
-        ]
-    )
+    report = bench_report(rows, start, tiny)
     print(report)
     return report
 

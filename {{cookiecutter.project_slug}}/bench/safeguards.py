@@ -8,26 +8,19 @@ NaN check in ``MeanMetric.update``), so it waits for no further device work; on 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from common import Row, StepTimer, build, median_ms, project, steady
+from common import Row, StepTimer, fit_once, median_ms, project, steady
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]) -> tuple[StepTimer, Path]:
     """A CPU ``fit`` of ``steps`` optimizer steps, with or without ``StopOnNonFiniteLoss``."""
-    run_dir = Path(tempfile.mkdtemp(prefix="fit-", dir=workdir))
-    built = build(run_dir, f"--trainer.max_steps={steps}", "--trainer.accelerator=cpu", presets=presets)
-    if not guard:
-        stop = project("kit.nonfinite").StopOnNonFiniteLoss
-        built.trainer.callbacks[:] = [c for c in built.trainer.callbacks if not isinstance(c, stop)]
-    timer = StepTimer()
-    built.trainer.callbacks.append(timer)
-    built.trainer.fit(built.model, built.datamodule)
+    without = None if guard else project("kit.nonfinite").StopOnNonFiniteLoss
+    _, timer, run_dir = fit_once(workdir, steps, presets=presets, without=without)
     return timer, run_dir / "checkpoints" / "last.ckpt"
 
 

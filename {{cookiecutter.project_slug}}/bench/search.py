@@ -22,7 +22,8 @@ from pathlib import Path
 
 import optuna
 import torch
-from common import CONFIGS, PACKAGE, Row, machine, markdown, run_dir_flags
+from common import CONFIGS, PACKAGE, Row, run_dir_flags
+from common import report as bench_report
 from jsonargparse import CLI
 
 TINY = ["--config=" + str(CONFIGS / "debug" / "tiny.yaml"), "--run.experiment=default"]
@@ -98,15 +99,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 12, full_epoch
             )
         )
     load = ", ".join(f"{value:.1f}" for value in loads)
-    command = " ".join(["python bench/search.py", *sys.argv[1:]])
-    report = "\n".join(
-        [
-            markdown(rows),
-            "",
-            f"Machine: {machine()}. Load average (5 min) after each step: {load}.",
-            f"Command: `{command}` ({time.perf_counter() - start:.0f} s{', tiny: not a measurement' if tiny else ''}).",
-        ]
-    )
+    report = bench_report(rows, start, tiny, f" Load average (5 min) after each step: {load}.")
     print(report)
     return report
 
