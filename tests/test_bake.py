@@ -72,30 +72,32 @@ EXPECTED_FILES = {
     "src/{pkg}/__init__.py",
     "src/{pkg}/__main__.py",
     "src/{pkg}/kit/__init__.py",
-    "src/{pkg}/kit/always_on.py",
-    "src/{pkg}/kit/bad_input.py",
-    "src/{pkg}/kit/boundaries.py",
-    "src/{pkg}/kit/checkpoint_io.py",
-    "src/{pkg}/kit/checkpoints.py",
-    "src/{pkg}/kit/cli.py",
-    "src/{pkg}/kit/data_checks.py",
-    "src/{pkg}/kit/early_stopping.py",
-    "src/{pkg}/kit/export.py",
-    "src/{pkg}/kit/finders.py",
-    "src/{pkg}/kit/memory.py",
-    "src/{pkg}/kit/monitoring.py",
-    "src/{pkg}/kit/nonfinite.py",
-    "src/{pkg}/kit/prediction.py",
-    "src/{pkg}/kit/preemption.py",
-    "src/{pkg}/kit/profiling.py",
-    "src/{pkg}/kit/progress.py",
+    "src/{pkg}/kit/command/__init__.py",
+    "src/{pkg}/kit/command/always_on.py",
+    "src/{pkg}/kit/command/bad_input.py",
+    "src/{pkg}/kit/command/cli.py",
+    "src/{pkg}/kit/command/provenance.py",
+    "src/{pkg}/kit/command/runs.py",
+    "src/{pkg}/kit/command/task_checks.py",
+    "src/{pkg}/kit/command/trainer.py",
+    "src/{pkg}/kit/observe/__init__.py",
+    "src/{pkg}/kit/observe/memory.py",
+    "src/{pkg}/kit/observe/monitoring.py",
+    "src/{pkg}/kit/observe/profiling.py",
+    "src/{pkg}/kit/observe/progress.py",
+    "src/{pkg}/kit/parts/__init__.py",
+    "src/{pkg}/kit/parts/early_stopping.py",
+    "src/{pkg}/kit/parts/schedules.py",
     "src/{pkg}/kit/protocol.py",
-    "src/{pkg}/kit/provenance.py",
-    "src/{pkg}/kit/resumable_data.py",
-    "src/{pkg}/kit/resume.py",
-    "src/{pkg}/kit/runs.py",
-    "src/{pkg}/kit/schedule_preview.py",
-    "src/{pkg}/kit/schedules.py",
+    "src/{pkg}/kit/safety/__init__.py",
+    "src/{pkg}/kit/safety/boundaries.py",
+    "src/{pkg}/kit/safety/checkpoint_io.py",
+    "src/{pkg}/kit/safety/checkpoints.py",
+    "src/{pkg}/kit/safety/data_checks.py",
+    "src/{pkg}/kit/safety/nonfinite.py",
+    "src/{pkg}/kit/safety/preemption.py",
+    "src/{pkg}/kit/safety/resumable_data.py",
+    "src/{pkg}/kit/safety/resume.py",
     "src/{pkg}/kit/search/__init__.py",
     "src/{pkg}/kit/search/command.py",
     "src/{pkg}/kit/search/monitor.py",
@@ -104,8 +106,11 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/search/storage.py",
     "src/{pkg}/kit/search/trial.py",
     "src/{pkg}/kit/search/worker.py",
-    "src/{pkg}/kit/task_checks.py",
-    "src/{pkg}/kit/trainer.py",
+    "src/{pkg}/kit/tools/__init__.py",
+    "src/{pkg}/kit/tools/export.py",
+    "src/{pkg}/kit/tools/finders.py",
+    "src/{pkg}/kit/tools/prediction.py",
+    "src/{pkg}/kit/tools/schedule_preview.py",
     "src/{pkg}/task/__init__.py",
     "src/{pkg}/task/classifier.py",
     "src/{pkg}/task/gratings.py",
@@ -216,14 +221,14 @@ def test_answers_reach_the_project(baked: Callable[..., Path]) -> None:
     project = baked(**NON_DEFAULT)
     assert project.name == "detection-d-objets-shu-ju-v2"
     package = "detection_d_objets_shu_ju_v2"
-    assert (project / "src" / package / "kit" / "cli.py").is_file()
+    assert (project / "src" / package / "kit" / "command" / "cli.py").is_file()
     meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     assert meta["project"]["name"] == project.name
     assert meta["project"]["description"] == NON_DEFAULT["description"]
     assert meta["project"]["authors"] == [{"name": NON_DEFAULT["author_name"], "email": NON_DEFAULT["email"]}]
     assert meta["project"]["requires-python"] == ">=3.12"
     assert meta["project"]["license"] == "Apache-2.0"
-    assert meta["project"]["scripts"] == {package: f"{package}.kit.cli:main"}
+    assert meta["project"]["scripts"] == {package: f"{package}.kit.command.cli:main"}
     assert meta["tool"]["ruff"]["target-version"] == "py312"
     assert f"class_path: {package}.task.networks.ConvNet" in (project / "configs/default.yaml").read_text()
     assert "# Détection d'Objets 数据 v2" in (project / "README.md").read_text(encoding="utf-8")

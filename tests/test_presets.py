@@ -48,4 +48,4 @@ def test_preset_bakes(tmp_path: Path, preset: Path) -> None:
     if "{{" not in answers["project_slug"]:  # set explicitly, not derived from the name
         assert project.name == answers["project_slug"]
     if "{{" not in answers["package_name"]:
-        assert (project / "src" / answers["package_name"] / "kit" / "cli.py").is_file()
+        assert (project / "src" / answers["package_name"] / "kit" / "command" / "cli.py").is_file()

@@ -24,7 +24,7 @@ CONFIGS = ROOT / "configs"
 
 
 def project(module: str) -> ModuleType:
-    """A submodule of this project's package, e.g. ``project("kit.cli")``."""
+    """A submodule of this project's package, e.g. ``project("kit.command.cli")``."""
     return importlib.import_module(f"{PACKAGE}.{module}")
 
 
@@ -53,7 +53,7 @@ def build(run_dir: Path, *flags: str, presets: tuple[str, ...] = ()) -> Any:
         "--trainer.enable_progress_bar=false",
         *run_dir_flags(run_dir),
     ]
-    return project("kit.cli").build_cli([*args, *flags], run=False)
+    return project("kit.command.cli").build_cli([*args, *flags], run=False)
 
 
 class StepTimer(pl.Callback):

@@ -1,7 +1,7 @@
 """What exact resume costs an ordinary DataModule: the kit's rebuilt train loader against the user's loader as written.
 
 The example's ``GratingsDataModule`` is ordinary user code: a plain ``DataLoader(shuffle=True)``, augmentation
-drawn from torch's global RNG in ``__getitem__``. ``fit`` rebuilds that loader (``kit/resumable_data.py``): a
+drawn from torch's global RNG in ``__getitem__``. ``fit`` rebuilds that loader (``kit/safety/resumable_data.py``): a
 resumable sampler, the global RNGs seeded once per batch, and without workers their states saved and restored
 around the fetch. The baseline is the same ``fit`` with ``ExactResume`` removed, so the loader is used as written.
 The seam's own work per batch is also timed alone, against a whole step.
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 def seam_fit(workdir: Path, steps: int, resumable: bool, workers: int, presets: tuple[str, ...]) -> StepTimer:
     """A CPU ``fit`` of ``steps`` optimizer steps, with the kit's resumable train loader or the user's own."""
-    without = None if resumable else project("kit.resume").ExactResume
+    without = None if resumable else project("kit.safety.resume").ExactResume
     built, timer, _ = fit_once(
         workdir, steps, f"--data.init_args.num_workers={workers}", presets=presets, without=without
     )
@@ -47,7 +47,8 @@ def seam_alone_ms(batches: int, batch_size: int, repeats: int) -> float:
     ``repeats`` rounds.
     """
     dataset = _Nothing(batch_size * 8)
-    loader, _ = project("kit.resumable_data").make_resumable(DataLoader(dataset, batch_size, shuffle=True), seed=0)
+    make_resumable = project("kit.safety.resumable_data").make_resumable
+    loader, _ = make_resumable(DataLoader(dataset, batch_size, shuffle=True), seed=0)
     keys = list(loader.sampler)[:batch_size]  # (seed, epoch, index) of one batch
     indices = [index for _, _, index in keys]
     differences = []

@@ -42,7 +42,8 @@ def loop_run(run_dir: Path, steps: int, *flags: str, presets: tuple[str, ...]) -
             model.metrics["val_loss"](F.cross_entropy(logits, labels), weight=len(labels))
     network.train()
     # The batches `fit` trains on: the user's loader rebuilt by the kit (its cost is data_seam.py's row).
-    loader, _ = project("kit.resumable_data").make_resumable(data.train_dataloader(), int(os.environ["PL_GLOBAL_SEED"]))
+    make_resumable = project("kit.safety.resumable_data").make_resumable
+    loader, _ = make_resumable(data.train_dataloader(), int(os.environ["PL_GLOBAL_SEED"]))
     if steps > len(loader):
         raise ValueError(f"steps={steps} is more than one epoch ({len(loader)} batches); this loop runs one")
     record.start = time.perf_counter()

@@ -19,14 +19,14 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]) -> tuple[StepTimer, Path]:
     """A CPU ``fit`` of ``steps`` optimizer steps, with or without ``StopOnNonFiniteLoss``."""
-    without = None if guard else project("kit.nonfinite").StopOnNonFiniteLoss
+    without = None if guard else project("kit.safety.nonfinite").StopOnNonFiniteLoss
     _, timer, run_dir = fit_once(workdir, steps, presets=presets, without=without)
     return timer, run_dir / "checkpoints" / "last.ckpt"
 
 
 def check_alone_us(calls: int) -> float:
     """Microseconds per call of the check on a finite scalar loss."""
-    guard, loss = project("kit.nonfinite").StopOnNonFiniteLoss(), torch.tensor(2.3)
+    guard, loss = project("kit.safety.nonfinite").StopOnNonFiniteLoss(), torch.tensor(2.3)
     start = time.perf_counter()
     for _ in range(calls):
         guard.on_before_backward(None, None, loss)  # type: ignore[arg-type]
@@ -34,7 +34,7 @@ def check_alone_us(calls: int) -> float:
 
 
 def validation_rows(tiny: bool, repeats: int) -> list[Row]:
-    synthetic, data_checks = project("task.gratings"), project("kit.data_checks")
+    synthetic, data_checks = project("task.gratings"), project("kit.safety.data_checks")
     rows = []
     for label, size in (("the default data (train + val + test)", 14_000), ("a large set", 200_000)):
         size = min(size, 2_000) if tiny else size
@@ -68,7 +68,7 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
     rows = []
     for label, payload in (("the default ConvNet", checkpoint), ("a large state", big)):
         times: dict[str, list[float]] = {"lightning": [], "atomic": []}
-        writers = {"lightning": TorchCheckpointIO(), "atomic": project("kit.checkpoint_io").AtomicCheckpointIO()}
+        writers = {"lightning": TorchCheckpointIO(), "atomic": project("kit.safety.checkpoint_io").AtomicCheckpointIO()}
         for repeat in range(max(3, repeats)):
             order = ("lightning", "atomic") if repeat % 2 == 0 else ("atomic", "lightning")
             for side in order:

@@ -23,7 +23,7 @@ CONFIGS = ROOT / "configs"
 
 
 def submodule(name: str) -> ModuleType:
-    """``<package>.<name>``, e.g. ``submodule("kit.cli")``."""
+    """``<package>.<name>``, e.g. ``submodule("kit.command.cli")``."""
     return importlib.import_module(f"{PACKAGE}.{name}")
 
 

@@ -21,7 +21,7 @@ import torch
 from support import refused, run_dir_flags, submodule
 from torch import Tensor
 
-checkpoint_io = submodule("kit.checkpoint_io")
+checkpoint_io = submodule("kit.safety.checkpoint_io")
 
 RunCli = Callable[..., object]
 

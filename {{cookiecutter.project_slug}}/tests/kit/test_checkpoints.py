@@ -23,7 +23,7 @@ import torch
 from faults import fault
 from support import run_dir_flags, submodule
 
-checkpoint_io = submodule("kit.checkpoint_io")
+checkpoint_io = submodule("kit.safety.checkpoint_io")
 STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 

@@ -10,7 +10,7 @@ import probes
 import torch
 from support import CONFIGS, run_dir_flags, submodule
 
-early_stopping = submodule("kit.early_stopping")
+early_stopping = submodule("kit.parts.early_stopping")
 
 
 def test_training_stops_when_the_monitored_metric_stalls(

@@ -28,7 +28,7 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_finite_checkpoint(cli: Mo
 
 
 def test_large_finite_values_are_not_mistaken_for_inf() -> None:
-    data_checks = submodule("kit.data_checks")
+    data_checks = submodule("kit.safety.data_checks")
     images = torch.full((3, 1, 2, 2), 3e38)  # finite, but each sample's sum overflows float32
     data_checks.check_samples("train", images, torch.zeros(3, dtype=torch.int64), 10, (1, 2, 2))
     images[1, 0, 1, 1] = float("-inf")

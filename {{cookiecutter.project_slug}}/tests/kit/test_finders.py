@@ -16,7 +16,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.tuner.lr_finder import _LRFinder
 from support import run_dir_flags, submodule
 
-finders = submodule("kit.finders")
+finders = submodule("kit.tools.finders")
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 

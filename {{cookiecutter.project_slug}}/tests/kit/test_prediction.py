@@ -11,7 +11,7 @@ import pytest
 import torch
 from support import PACKAGE, run_dir_flags, submodule
 
-prediction = submodule("kit.prediction")
+prediction = submodule("kit.tools.prediction")
 SHAPE = (1, 28, 28)  # (C, H, W) images
 
 
@@ -67,7 +67,7 @@ def test_missing_or_empty_predict_path(tmp_path: Path) -> None:
 def test_writer_saves_every_output_with_its_index(run_cli: Callable[..., object]) -> None:
     run = Path("runs/fixture/predicted")
     run_cli("fit", *run_dir_flags(run), "--trainer.max_epochs=1")
-    writer = f"--trainer.callbacks+={PACKAGE}.kit.prediction.PredictionWriter"
+    writer = f"--trainer.callbacks+={PACKAGE}.kit.tools.prediction.PredictionWriter"
     run_cli("predict", *run_dir_flags(run), "--ckpt_path=best", writer)
     saved = torch.load(run / "predictions" / "predictions.pt", weights_only=True)
     model = fixture_task.SequenceRegressor.load_from_checkpoint(run / "checkpoints/best.ckpt", weights_only=True)

@@ -15,7 +15,7 @@ import torch
 import yaml
 from support import run_dir_flags, submodule
 
-provenance = submodule("kit.provenance")
+provenance = submodule("kit.command.provenance")
 RUN = Path("runs/fixture/traced")
 
 
@@ -75,8 +75,8 @@ def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None
 
 
 def test_how_a_session_ended() -> None:
-    preemption = submodule("kit.preemption")
-    nonfinite = submodule("kit.nonfinite")
+    preemption = submodule("kit.safety.preemption")
+    nonfinite = submodule("kit.safety.nonfinite")
     assert provenance.status_of(None) == ("finished", None)
     assert provenance.status_of(SystemExit(128 + signal.SIGTERM)) == ("preempted", None)
     assert provenance.status_of(preemption.Interrupted()) == ("interrupted", None)

@@ -32,7 +32,7 @@ SEED = 3
 
 @pytest.fixture(scope="module")
 def data() -> ModuleType:
-    return submodule("kit.resumable_data")
+    return submodule("kit.safety.resumable_data")
 
 
 def sequences(size: int = 64) -> Sequences:
@@ -213,7 +213,7 @@ class _UnresumableData(SequenceData):
 @pytest.mark.parametrize("datamodule", [SequenceData, _UnresumableData], ids=["plain", "custom-sampler"])
 def test_fit_warns_once_about_a_loader_it_cannot_make_resumable(in_tmp: Any, datamodule: type) -> None:
     model, data_module = SequenceRegressor(), datamodule()
-    callback = submodule("kit.resume").ExactResume()
+    callback = submodule("kit.safety.resume").ExactResume()
     trainer = pl.Trainer(
         max_epochs=2,
         limit_train_batches=2,
@@ -231,7 +231,7 @@ def test_fit_warns_once_about_a_loader_it_cannot_make_resumable(in_tmp: Any, dat
     ours = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
     if datamodule is SequenceData:
         assert ours == []
-        assert type(trainer.train_dataloader) is submodule("kit.resumable_data").ResumableLoader
+        assert type(trainer.train_dataloader) is submodule("kit.safety.resumable_data").ResumableLoader
     else:
         assert len(ours) == 1
         assert "DataLoader over Sequences: a custom sampler (WeightedRandomSampler)" in ours[0]

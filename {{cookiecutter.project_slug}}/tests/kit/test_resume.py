@@ -103,7 +103,7 @@ def test_sigterm_mid_epoch_finishes_the_step_saves_exits_143_and_resumes_exactly
 
 
 def test_rng_states_round_trip_through_a_weights_only_load(tmp_path: Path) -> None:
-    resume = submodule("kit.resume")
+    resume = submodule("kit.safety.resume")
     state = resume.collect_rng_state()
     torch.save({"rng": state}, tmp_path / "state.pt")
     expected = (random.random(), np.random.rand(), torch.rand(3))

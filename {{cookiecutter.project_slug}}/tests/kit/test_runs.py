@@ -19,7 +19,7 @@ from faults import fault
 from support import run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-runs = submodule("kit.runs")
+runs = submodule("kit.command.runs")
 LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch
 SHORT = ["--trainer.max_epochs=1", *LIMITS]
 EXPERIMENT = Path("runs/fixture")

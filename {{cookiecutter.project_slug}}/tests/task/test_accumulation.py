@@ -29,7 +29,7 @@ def one_step(run_cli: Callable[..., object], presets: tuple[str, ...], batch_siz
         "--model.optimizer.init_args.lr=0.5",
         "--model.scheduler=null",
         "--model.network.init_args.dropout=0.0",
-        # Fixed samples: augmentation is seeded per batch (kit/resumable_data.py), so batches of 8 and of 32
+        # Fixed samples: augmentation is seeded per batch (kit/safety/resumable_data.py), so batches of 8 and of 32
         # would draw different noise for the same sample.
         "--data.init_args.augment=false",
         "--trainer.callbacks+=probes.InitialWeights",

@@ -15,7 +15,7 @@ SEARCH_PRESETS = sorted(CONFIGS.glob("search/*.yaml"))
 @pytest.mark.parametrize("preset", SEARCH_PRESETS, ids=lambda path: path.stem)
 def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path) -> None:
     command = submodule("kit.search.command")
-    built = submodule("kit.cli").build_cli([f"--config={preset}"], run=False, cli_class=command.SearchCLI)
+    built = submodule("kit.command.cli").build_cli([f"--config={preset}"], run=False, cli_class=command.SearchCLI)
     plan = command.make_plan(built.parser, built.config)  # checks every key and range, writes nothing
     assert plan.space
     assert all(dimension.key.startswith(("model.", "data.", "trainer.")) for dimension in plan.space)
@@ -26,7 +26,7 @@ def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path
 def test_a_choice_of_network_classes_sets_each_trial_s_class(in_tmp: Path) -> None:
     command = submodule("kit.search.command")
     networks = [f"{submodule('task.networks').__name__}.{name}" for name in ("ConvNet", "TransformerClassifier")]
-    built = submodule("kit.cli").build_cli(
+    built = submodule("kit.command.cli").build_cli(
         ["--space", json.dumps({"model.network": {"choice": networks}})], run=False, cli_class=command.SearchCLI
     )
     (dimension,) = command.make_plan(built.parser, built.config).space

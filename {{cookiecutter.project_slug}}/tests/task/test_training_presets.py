@@ -21,7 +21,7 @@ from faults import fault
 from lightning.pytorch.callbacks import EMAWeightAveraging
 from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
 
-early_stopping = submodule("kit.early_stopping")
+early_stopping = submodule("kit.parts.early_stopping")
 EMA = [f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "training/ema")]
 # 4 optimizer steps per epoch (debug/tiny), 8 in 2 epochs; small images: the tests are about state, not speed.
 SMALL = ["--data.init_args.image_size=16", "--data.init_args.num_workers=0", "--trainer.limit_val_batches=1"]

@@ -1,4 +1,55 @@
 """The kit: the command line, checkpoints, exact resume, preemption, safeguards, schedules, observability,
 prediction and export. It works with any LightningModule and LightningDataModule and never imports from
 ``task``; what it reads from a task is listed in ``protocol.py``. Updated from the template (``cruft update``).
+
+Folders by concern: ``command/`` (the CLI, runs, provenance, checks before a command), ``safety/`` (checkpoints,
+exact resume, preemption, non-finite stops), ``observe/`` (what a run shows), ``tools/`` (finders, schedule preview,
+export, prediction), ``parts/`` (what configs name), ``search/`` (Optuna).
+
+The names below are the kit's public surface: configs and tasks name them here (``<package>.kit.WarmupCosine``), so
+the files behind them can move without breaking a config. They load on first use: importing the kit costs nothing.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_PUBLIC = {
+    "WarmupCosine": "parts.schedules",
+    "ScheduleCallable": "parts.schedules",
+    "EarlyStoppingOnBest": "parts.early_stopping",
+    "Profiler": "observe.profiling",
+    "PredictionWriter": "tools.prediction",
+    "TensorFiles": "tools.prediction",
+    "InvalidDataError": "safety.data_checks",
+    "check_samples": "safety.data_checks",
+    "atomic_save": "safety.checkpoint_io",
+}
+__all__ = [
+    "EarlyStoppingOnBest",
+    "InvalidDataError",
+    "PredictionWriter",
+    "Profiler",
+    "ScheduleCallable",
+    "TensorFiles",
+    "WarmupCosine",
+    "atomic_save",
+    "check_samples",
+]
+
+if TYPE_CHECKING:
+    from .observe.profiling import Profiler
+    from .parts.early_stopping import EarlyStoppingOnBest
+    from .parts.schedules import ScheduleCallable, WarmupCosine
+    from .safety.checkpoint_io import atomic_save
+    from .safety.data_checks import InvalidDataError, check_samples
+    from .tools.prediction import PredictionWriter, TensorFiles
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value  # loaded once
+    return value

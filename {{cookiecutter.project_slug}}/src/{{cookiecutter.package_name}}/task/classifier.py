@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..kit.schedules import ScheduleCallable
+from ..kit import ScheduleCallable
 
 Batch = tuple[Tensor, Tensor]  # images (B, C, H, W) float32, labels (B,) int64
 NetworkCallable = Callable[[int, tuple[int, ...]], nn.Module]

@@ -6,7 +6,7 @@
 
 Ordinary code, as a team writes it on day one: a map-style ``Dataset`` that opens one file per sample, random
 flips and crops drawn from torch's global RNG, ``DataLoader(shuffle=True)`` with worker processes. Nothing
-here knows about exact resume; the kit adds it (``kit/resumable_data.py``).
+here knows about exact resume; the kit adds it (``kit/safety/resumable_data.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..kit.data_checks import InvalidDataError
+from ..kit import InvalidDataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 """File endings read as images (any case); other files in the class folders are ignored."""

@@ -30,8 +30,8 @@ from lightning.pytorch.cli import LightningArgumentParser
 from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
-from ..cli import ProjectCLI, build_cli
-from ..preemption import PREEMPTED_EXIT_CODE
+from ..command.cli import ProjectCLI, build_cli
+from ..safety.preemption import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown

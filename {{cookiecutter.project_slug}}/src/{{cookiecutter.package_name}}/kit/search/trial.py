@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from ..cli import ProjectCLI, build_cli
+from ..command.cli import ProjectCLI, build_cli
 from .monitor import TrialMonitor
 
 

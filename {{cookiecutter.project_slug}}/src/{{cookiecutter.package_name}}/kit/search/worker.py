@@ -26,9 +26,9 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.trial import TrialState
 
-from ..data_checks import InvalidDataError
-from ..nonfinite import NonFiniteLossError
-from ..preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
+from ..safety.data_checks import InvalidDataError
+from ..safety.nonfinite import NonFiniteLossError
+from ..safety.preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
 from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
 from .report import counted, progress_line

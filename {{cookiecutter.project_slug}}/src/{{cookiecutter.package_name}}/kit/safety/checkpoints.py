@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from .bad_input import plain
+from ..command.bad_input import plain
 from .boundaries import StepBoundary
 
 LAST, BEST = "last", "best"

@@ -22,6 +22,12 @@ from jsonargparse import auto_cli
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
+from ..protocol import LINKED_ATTRIBUTES
+from ..safety.checkpoint_io import CheckpointWriteError
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
+from ..safety.data_checks import InvalidDataError
+from ..safety.nonfinite import NonFiniteLossError
+from ..safety.preemption import INTERRUPTED_EXIT_CODE, ctrl_c_exits_130
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
@@ -33,12 +39,6 @@ from .bad_input import (
     describe,
     innermost_cause,
 )
-from .checkpoint_io import CheckpointWriteError
-from .checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
-from .data_checks import InvalidDataError
-from .nonfinite import NonFiniteLossError
-from .preemption import INTERRUPTED_EXIT_CODE, ctrl_c_exits_130
-from .protocol import LINKED_ATTRIBUTES
 from .provenance import Provenance, RunRecord, describe_origin
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
@@ -266,7 +266,7 @@ def default_config_files() -> list[str]:
     """
     if (configured := os.environ.get(DEFAULT_CONFIG_ENV)) is not None:
         return [configured] if configured else []
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]
     for folder in (package / "configs", package.parents[1] / "configs"):
         if (folder / "default.yaml").is_file():
             return [str(folder / "default.yaml")]
@@ -320,7 +320,7 @@ def main(args: ArgsType = None) -> None:
     """
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
     if argv[:1] == ["search"]:
-        from .search import main as search
+        from ..search import main as search
 
         search(argv[1:])
         return

@@ -29,7 +29,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from .nonfinite import NonFiniteLossError
+from ..safety.nonfinite import NonFiniteLossError
 
 FILE = "provenance.yaml"
 STATUSES = {

@@ -17,8 +17,8 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from ..safety.checkpoints import BestCheckpoint
 from .bad_input import BadInputError
-from .checkpoints import BestCheckpoint
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
 NEEDS: dict[str, tuple[tuple[str, ...], str | None]] = {

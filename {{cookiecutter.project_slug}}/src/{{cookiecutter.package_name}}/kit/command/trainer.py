@@ -13,11 +13,11 @@ from typing import Literal
 import lightning.pytorch as pl
 from jsonargparse import ArgumentParser, Namespace
 
+from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
+from ..tools.export import FILE_NAMES, Exported, check_formats, example_batch, export_dir, export_model, format_report
+from ..tools.finders import Found, batch_size_find, lr_find
+from ..tools.schedule_preview import format_preview, learning_rates
 from .bad_input import BadInputError
-from .checkpoints import read_checkpoint, resolve_ckpt_path
-from .export import FILE_NAMES, Exported, check_formats, example_batch, export_dir, export_model, format_report
-from .finders import Found, batch_size_find, lr_find
-from .schedule_preview import format_preview, learning_rates
 
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.
 EXTRA_SUBCOMMANDS: dict[str, set[str]] = {

@@ -37,7 +37,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser
 
-from .data_checks import InvalidDataError
+from ..safety.data_checks import InvalidDataError
 
 
 class BadInputError(ValueError):

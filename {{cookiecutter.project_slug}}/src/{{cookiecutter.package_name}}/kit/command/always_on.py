@@ -13,14 +13,14 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from ..observe.memory import MemoryBudget
+from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
+from ..observe.progress import EpochLine
+from ..safety.checkpoint_io import AtomicCheckpointIO
+from ..safety.nonfinite import StopOnNonFiniteLoss
+from ..safety.preemption import Preemption
+from ..safety.resume import ExactResume
 from .bad_input import SetupPhase
-from .checkpoint_io import AtomicCheckpointIO
-from .memory import MemoryBudget
-from .monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
-from .nonfinite import StopOnNonFiniteLoss
-from .preemption import Preemption
-from .progress import EpochLine
-from .resume import ExactResume
 from .task_checks import StartCheck
 
 

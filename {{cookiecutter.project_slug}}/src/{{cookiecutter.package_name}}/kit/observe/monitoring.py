@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch import callbacks
 
-from .protocol import example_input
+from ..protocol import example_input
 
 
 def batch_size(batch: Any) -> int:

@@ -11,7 +11,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from .protocol import example_input
+from ..protocol import example_input
 
 ROWS = ("parameters", "gradients", "optimizer state", "activations")
 

@@ -1,0 +1,1 @@
+"""The command line: the CLI class and its subcommands, run folders and provenance, checks before a command runs."""

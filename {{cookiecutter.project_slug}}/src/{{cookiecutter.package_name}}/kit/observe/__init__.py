@@ -1,0 +1,1 @@
+"""What a run shows: gradient norm, throughput, epoch time, memory budget, model summary, progress, profiler."""

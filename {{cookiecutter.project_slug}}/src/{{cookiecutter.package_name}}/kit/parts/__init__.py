@@ -1,0 +1,1 @@
+"""Parts that configs name by class path: schedules, early stopping."""
