@@ -8,7 +8,7 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test lint clean
+.PHONY: help setup main test lint bench clean
 
 help: ## Show the targets.
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
@@ -31,6 +31,12 @@ main: setup ## Bake a project with the default answers, train it on its default 
 # Two workers: the generated suite (one test, minutes, mostly on one core) runs beside the rest; idle ones steal work.
 test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
 	$(BIN)/python -m pytest --numprocesses 2 --dist worksteal
+
+bench: setup ## Measure the kit in a baked default project (docs/benchmarks.md); ARGS: e.g. --only '[overhead]'
+	rm -rf $(PROJECT)
+	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable $(PROJECT)
+	$(BIN)/python bench/run.py $(ARGS)
 
 lint: setup ## Lint the template repository (generated projects are linted by the tests).
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,4 +1,8 @@
-"""What every benchmark shares: the project's package, runs built from its configs, step timing, result rows."""
+"""What every benchmark shares: the baked project's package, runs built from its configs, step timing, result rows.
+
+The benchmarks measure the kit in a project baked from this template and installed in this environment
+(``make bench`` bakes the default one): ``$BENCH_PROJECT``, else ``build/image-classifier``.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(os.environ.get("BENCH_PROJECT") or Path(__file__).resolve().parents[1] / "build" / "image-classifier")
 CONFIGS = ROOT / "configs"
+if not (ROOT / "src").is_dir():
+    sys.exit(f"error: no baked project at {ROOT}: run `make bench`, or set BENCH_PROJECT to a baked project")
 (PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
 
 

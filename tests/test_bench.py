@@ -1,21 +1,22 @@
-"""The benchmark scripts run end to end, in tiny mode (seconds; its numbers measure nothing)."""
+"""The benchmark scripts run end to end on a baked project, in tiny mode (seconds; its numbers measure nothing)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import ROOT
+from conftest import ROOT
 
 
 @pytest.mark.slow
-def test_bench_runner_tiny(in_tmp: Path) -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
     args = [sys.executable, str(ROOT / "bench" / "run.py"), "--tiny=true"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
     for comparison in (
