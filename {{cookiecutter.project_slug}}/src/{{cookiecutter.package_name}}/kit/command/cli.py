@@ -27,7 +27,7 @@ from ..safety.checkpoint_io import CheckpointWriteError
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
 from ..safety.data_checks import InvalidDataError
 from ..safety.nonfinite import NonFiniteLossError
-from ..safety.preemption import INTERRUPTED_EXIT_CODE, ctrl_c_exits_130
+from ..safety.signals import INTERRUPTED_EXIT_CODE, STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
@@ -222,7 +222,8 @@ class ProjectCLI(LightningCLI):
         record.start_session(trainer, self.command, seed, self.config_init[self.subcommand].get("ckpt_path"))
 
     def _run_subcommand(self, subcommand: str) -> None:
-        """LightningCLI's runner, with Ctrl-C exiting 130 and the end of the run's session recorded, however it ends.
+        """LightningCLI's runner, with the stop signals handled (``safety/signals.py``) and the end of the run's session
+        recorded, however it ends.
 
         A value the task's own hooks refuse (a DataLoader with batch_size 0, an optimizer with a negative LR)
         surfaces inside the Trainer, after Lightning opened its files: it is refused as bad input, and what
@@ -230,7 +231,7 @@ class ProjectCLI(LightningCLI):
         """
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
-        with ctrl_c_exits_130():
+        with STOP.installed():
             try:
                 super()._run_subcommand(subcommand)
             except BaseException as error:

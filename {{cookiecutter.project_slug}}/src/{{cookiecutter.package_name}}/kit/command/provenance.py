@@ -30,12 +30,13 @@ import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from ..safety.nonfinite import NonFiniteLossError
+from ..safety.signals import STOPS, signal_of
 
 FILE = "provenance.yaml"
 STATUSES = {
     "finished": "ran to the end (max_epochs, max_steps or early stopping)",
-    "preempted": "stopped by SIGTERM (exit 143); last.ckpt saved, resumable",
-    "interrupted": "stopped by Ctrl-C (exit 130); last.ckpt saved after the first",
+    "preempted": "stopped by SIGTERM or SIGUSR1 (exit 143, 138); last.ckpt saved, resumable; see `signal`",
+    "interrupted": "stopped by Ctrl-C or SIGHUP (exit 130, 129); last.ckpt saved, resumable; see `signal`",
     "nonfinite": "stopped on a non-finite loss (exit 1)",
     "failed": "stopped by an error (exit 1 or 2); see `error`",
     "killed": "no end recorded: the process was killed",
@@ -117,9 +118,9 @@ def status_of(error: BaseException | None) -> tuple[str, str | None]:
     if error is None:
         return "finished", None
     code = error.code if isinstance(error, SystemExit) else None
-    if code == 128 + signal.SIGTERM:
-        return "preempted", None
-    if code == 128 + signal.SIGINT or isinstance(error, KeyboardInterrupt):
+    if (signum := signal_of(code)) is not None:
+        return STOPS[signum], None
+    if isinstance(error, KeyboardInterrupt):
         return "interrupted", None
     if isinstance(error, NonFiniteLossError):
         return "nonfinite", str(error).splitlines()[0]
@@ -179,6 +180,8 @@ class RunRecord:
         status, message = status_of(error)
         session = self.data["sessions"][-1]
         session.update(ended=now(), status=status)
+        if (signum := signal_of(getattr(error, "code", None))) is not None:
+            session["signal"] = signal.Signals(signum).name
         if message:
             session["error"] = message
         self.write()

@@ -1,41 +1,44 @@
-"""Stopping on a signal: SIGTERM (preemption) and Ctrl-C stop within one batch; only ``fit`` saves, and resumes exactly.
+"""Stopping on a signal where the state is whole: ``fit`` saves ``last.ckpt`` and resumes exactly; all ranks agree.
 
-A cluster that reclaims a node sends SIGTERM (SLURM also sends its requeue signal, SIGUSR1 by default,
-when the job was submitted with ``--signal``). Lightning 2.6 already catches both, but stops at any
-batch, also between accumulated micro-batches whose gradients no checkpoint holds, finishes a whole
-validation pass first when the signal comes during one inside ``fit``, saves nothing itself, and exits 0
-(lightning#21623), which tells a scheduler that the job is done. Here:
+``signals.StopSignals`` records SIGTERM, SIGUSR1, SIGHUP or Ctrl-C whenever it arrives, on whichever processes it
+reaches (one rank, every rank, the whole process group). ``Preemption`` acts on it at safe points, where every
+process of a DDP run meets (one all-reduce of the pending signal, so all ranks stop at the same step):
 
-- ``fit`` stops at the next optimizer-step boundary, or after the current batch of its validation, saves
-  ``last.ckpt`` and exits 143. The requeued job runs the same command with ``--ckpt_path last`` and
-  continues exactly where this one stopped: a validation that was cut short runs again from its start.
-- ``validate``, ``test`` and ``predict`` stop after the current batch and exit 143; they write no checkpoint.
-- Ctrl-C does the same with exit code 130 (Lightning exits 1 and saves nothing); a second Ctrl-C stops at once.
+- ``fit``: after the optimizer step in progress (never between accumulated micro-batches, whose gradients no
+  checkpoint holds), after the current batch of its validation, at the end of an epoch, or, for a signal that came
+  while the run was setting up (its sanity check included), as training starts. It then saves ``last.ckpt`` (all
+  ranks take part, rank 0 writes) and exits ``128 + signal``: 143 SIGTERM, 138 SIGUSR1, 129 SIGHUP, 130 Ctrl-C.
+  The same command with ``--ckpt_path last`` continues exactly where it stopped; a validation that was cut short
+  runs again from its start. Under SLURM with auto-requeue, the requeue signal also requeues the job.
+- ``validate``, ``test`` and ``predict`` stop after the current batch, with the same codes, and write nothing.
+
+Lightning 2.6 on its own stops anywhere, between micro-batches too, finishes a whole validation pass first, saves
+nothing, exits 0 (lightning#21623), and under DDP broadcasts from inside its signal handler, which hangs the ranks.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
+import subprocess
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.distributed as dist
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
+from ..lightning_internals import cluster_environment, request_stop, take_over_signals
 from .boundaries import StepBoundary
 from .checkpoints import LastCheckpoint, checkpoint_dir
+from .signals import STOP, Interrupted, exit_code
 
-PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM  # 143: the shell's code for "terminated by SIGTERM"
-INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # 130: the shell's code for Ctrl-C
 # The validation loop's progress as Lightning saves it when interrupted in the step of its first batch: resuming
 # from it runs the whole validation again (lightning's RESTARTED_MID_EVALUATION).
 _VALIDATION_NOT_DONE = {
@@ -45,46 +48,12 @@ _VALIDATION_NOT_DONE = {
 }
 
 
-class Interrupted(SystemExit):
-    """Ctrl-C: the command stops now and exits 130."""
-
-    def __init__(self) -> None:
-        super().__init__(INTERRUPTED_EXIT_CODE)
-
-
-@contextmanager
-def ctrl_c_exits_130() -> Iterator[None]:
-    """While the block runs, Ctrl-C raises ``Interrupted`` (exit 130), which Lightning passes on unchanged.
-
-    Lightning catches ``KeyboardInterrupt`` and exits 1, the code of a failed run.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, _interrupt_now)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _interrupt_now(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted()
-
-
 class Preemption(StepBoundary):
-    """Delivers SIGTERM, SLURM's requeue signal and Ctrl-C to Lightning only at optimizer-step boundaries (or
-    after a validation batch), saves ``last.ckpt`` when ``fit`` stops on them, and sets the exit code (143, 130).
-
-    Under SLURM with Lightning's auto-requeue, the requeue signal runs Lightning's handler (an
-    ``hpc_ckpt_<n>.ckpt`` in the run directory and ``scontrol requeue``) at such a boundary too.
-    """
+    """Acts on the stop signal ``signals.STOP`` recorded, at the safe points of every loop (see the module)."""
 
     def __init__(self) -> None:
-        self._handlers: dict[int, Any] = {}  # signal -> Lightning's handler, called once the step is complete
-        self._pending: list[int] = []
-        self._interrupted = False  # the stop came from Ctrl-C
-        self._training = False  # this process has trained: there is a state worth saving
+        self._signum: int | None = None  # the stop signal this run acts on, once every rank agreed
+        self._training = False  # this process has reached training: there is a state worth saving
         # The RNG states where training left off before a validation: torch's at every step boundary (the
         # validation's DataLoader draws its seed from it before any hook runs; 2 us), Python's and NumPy's when
         # the validation starts (taking them at every step would cost ~0.1 ms).
@@ -92,67 +61,64 @@ class Preemption(StepBoundary):
         self._host_rng: tuple[Any, Any] | None = None
         self._validation_cut = False  # stopped inside fit's validation: the checkpoint says it has not run
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        take_over_signals(trainer)
+        self._signum, self._training, self._validation_cut = None, False, False
+
+    def _agree(self, trainer: pl.Trainer) -> int | None:
+        """The stop signal every process acts on now, or ``None``: the highest one pending on any rank."""
+        if self._signum is not None:
+            return self._signum  # agreed already (at the same point on every rank)
+        pending = STOP.pending or 0
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            flag = torch.tensor([pending], device=trainer.strategy.root_device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            pending = int(flag.item())
+        if not pending:
+            return None
+        STOP.consume()
+        self._signum = pending
+        request_stop(trainer)  # Lightning's loops raise SIGTERMException once the batch's bookkeeping is done
+        rank_zero_info(f"{signal.Signals(pending).name}: stopping here ({_where(trainer)})")
+        return pending
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._training = True
         self._torch_rng = _torch_rng()
-        # Lightning installs its handlers right before training; take them over, to call them later.
-        # (Its teardown puts the handlers from before the run back, which also removes ours.)
-        if threading.current_thread() is not threading.main_thread():
-            return
-        # SIGUSR1 has a handler only under SLURM with auto-requeue (its default requeue signal).
-        for signum in (signal.SIGTERM, getattr(signal, "SIGUSR1", signal.SIGTERM), signal.SIGINT):
-            handler = signal.getsignal(signum)
-            if callable(handler):
-                self._handlers[signum] = handler
-                signal.signal(signum, self._defer)
-
-    def _defer(self, signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT:
-            # The next Ctrl-C stops at once (the handler from before the run, ``Interrupted`` under the CLI).
-            signal.signal(signal.SIGINT, self._handlers[signal.SIGINT])
-            if rank_zero_only.rank == 0:  # os.write: print and logging are not safe inside a signal handler
-                os.write(2, b"\nCtrl-C: stopping after this step and saving last.ckpt; Ctrl-C again stops at once\n")
-        if signum not in self._pending:
-            self._pending.append(signum)
+        if self._agree(trainer):  # a signal came while the run set up: save the state training starts from
+            raise SIGTERMException()
 
     def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._torch_rng = _torch_rng()
-        self._deliver()
+        self._agree(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._deliver()
-
-    def _deliver(self) -> None:
-        # Lightning's SIGTERM handler marks the trainer, which then raises SIGTERMException after this batch
-        # (and tells the processes it started, under DDP). Ctrl-C takes the same way out.
-        while self._pending:
-            signum = self._pending.pop(0)
-            rank_zero_info(f"Preemption: handling signal {signal.Signals(signum).name} at a step boundary")
-            if signum == signal.SIGINT:
-                self._interrupted = True
-                signum = signal.SIGTERM
-            if signum in self._handlers:
-                self._handlers[signum](signum, None)
+        self._agree(trainer)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._host_rng = random.getstate(), np.random.get_state()
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if self._training:
-            self._deliver()
-        _stop_if_signalled(trainer)
+        if trainer.sanity_checking:
+            return  # nothing trained yet: acted on as training starts
+        if self._agree(trainer) and not self._training:
+            raise SIGTERMException()  # `validate`: Lightning would go on after the last batch
 
     def on_test_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        _stop_if_signalled(trainer)
+        if self._agree(trainer):
+            raise SIGTERMException()
 
     def on_predict_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        _stop_if_signalled(trainer)
+        if self._agree(trainer):
+            raise SIGTERMException()  # Lightning's predict loop never checks
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, Interrupted) and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signal.SIGKILL)  # a second Ctrl-C: the processes this one started too
         if not isinstance(exception, SIGTERMException):
             return
         # SIGTERMException is a SystemExit without a code (exit status 0); Lightning re-raises this object.
-        exception.code = INTERRUPTED_EXIT_CODE if self._interrupted else PREEMPTED_EXIT_CODE
+        exception.code = exit_code(self._signum or signal.SIGTERM)
         if trainer.state.fn != TrainerFn.FITTING or not self._training:
             rank_zero_info(f"Stopped by a signal; no checkpoint written; exiting with code {exception.code}")
             return
@@ -165,6 +131,8 @@ class Preemption(StepBoundary):
         path = last.path if last is not None and last.path is not None else checkpoint_dir(trainer) / "last.ckpt"
         trainer.save_checkpoint(path, weights_only=False)
         rank_zero_info(f"Preemption: saved {path}; exiting with code {exception.code}")
+        if trainer.is_global_zero and self._signum is not None:
+            _requeue_under_slurm(trainer, self._signum)
 
     def _restore_rng(self) -> None:
         if self._torch_rng is not None:
@@ -185,10 +153,33 @@ class Preemption(StepBoundary):
             checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = _VALIDATION_NOT_DONE
 
 
-def _stop_if_signalled(trainer: pl.Trainer) -> None:
-    # Lightning checks after each evaluation batch but the last, and never in `predict`.
-    if trainer.received_sigterm:
-        raise SIGTERMException()
+def _where(trainer: pl.Trainer) -> str:
+    if trainer.validating or trainer.testing or trainer.predicting:
+        return "after the current batch"
+    return f"global step {trainer.global_step}, epoch {trainer.current_epoch}"
+
+
+def _requeue_under_slurm(trainer: pl.Trainer, signum: int) -> None:
+    """``scontrol requeue`` the job when its requeue signal stopped a SLURM run with auto-requeue (Lightning's rule)."""
+    environment = cluster_environment(trainer)
+    if not isinstance(environment, SLURMEnvironment) or not environment.auto_requeue:
+        return
+    if signum != (environment.requeue_signal or signal.SIGUSR1):
+        return
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ.get("SLURM_JOB_ID", "")
+    if not re.fullmatch(r"[0-9_]+", job):
+        rank_zero_warn(f"SLURM requeue: no valid job id ({job!r}); the job is not requeued")
+        return
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        rank_zero_warn(f"SLURM requeue of job {job} failed: {error}")
+        return
+    if done.returncode == 0:
+        rank_zero_info(f"SLURM: requeued job {job}; it continues with --ckpt_path last")
+    else:
+        rank_zero_warn(f"SLURM requeue of job {job} failed ({done.returncode}): {done.stderr.strip()}")
 
 
 def _torch_rng() -> tuple[Any, Any]:

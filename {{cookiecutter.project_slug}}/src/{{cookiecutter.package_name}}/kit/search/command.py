@@ -31,7 +31,7 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
-from ..safety.preemption import PREEMPTED_EXIT_CODE
+from ..safety.signals import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown

@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from ..safety.data_checks import InvalidDataError
 from ..safety.nonfinite import NonFiniteLossError
-from ..safety.preemption import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
+from ..safety.signals import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
 from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
 from .report import counted, progress_line

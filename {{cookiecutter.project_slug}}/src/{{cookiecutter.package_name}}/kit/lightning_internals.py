@@ -1,0 +1,37 @@
+"""Every use of a private Lightning API in the kit, in one place, each with the reason and a test that names it.
+
+Private names change between Lightning minors without notice: ``pyproject.toml`` bounds ``lightning`` to the
+minors these are tested on, and ``tests/kit/test_lightning_internals.py`` checks each one against the installed
+Lightning, so an upgrade that breaks one fails there, by name, not somewhere deep in a run.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.fabric.plugins.environments import ClusterEnvironment
+
+
+def take_over_signals(trainer: pl.Trainer) -> None:
+    """Keeps Lightning from installing its own SIGTERM/SIGUSR1 handlers when a run starts (``kit/safety/signals.py``
+    handles them).
+
+    Lightning's handler broadcasts a tensor from inside the signal handler under DDP, a collective the other ranks
+    are not in (they hang: issue 14), forwards the signal to the processes it launched, and exits 0
+    (lightning#21623). There is no public switch: ``_SignalConnector.register_signal_handlers`` runs in every
+    ``Trainer._run``.
+    """
+    connector = trainer._signal_connector
+    connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]
+    connector.received_sigterm = False
+
+
+def request_stop(trainer: pl.Trainer) -> None:
+    """Makes Lightning's loops stop as they do on SIGTERM: after the current batch's bookkeeping (its scheduler step
+    included), with ``SIGTERMException``. ``Trainer.received_sigterm`` has no setter."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
+    """The cluster environment the Trainer detected (SLURM, torchelastic, ...); single-device strategies keep it only
+    in the private accelerator connector."""
+    return trainer._accelerator_connector.cluster_environment
