@@ -242,6 +242,19 @@ def rebuild(loader: DataLoader, seed: int, num_replicas: int = 1, rank: int = 0)
     )
 
 
+def own_generators(loaders: Any, seed: int) -> Any:
+    """``loaders`` with a generator of their own (seeded from ``seed``) for each ``DataLoader`` that has none.
+
+    A loader without one draws its workers' base seed from the global torch RNG every time an iterator is made:
+    the validation loader then shifts the stream dropout draws from, by a different amount in a run that resumed
+    (its first validation iterator is made later, outside the sanity check's isolated RNG, with persistent workers).
+    """
+    for loader in (loaders if isinstance(loaders, CombinedLoader) else CombinedLoader(loaders)).flattened:
+        if isinstance(loader, DataLoader) and loader.generator is None:
+            loader.generator = torch.Generator().manual_seed(seed)
+    return loaders
+
+
 def batch_seed(seed: int, epoch: int, index: int) -> int:
     """A 64-bit seed that depends only on ``(seed, epoch, index)``, well mixed (SplitMix64 over the three)."""
     value = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -22,7 +23,7 @@ from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from .resumable_data import ResumableLoader, is_stateful, make_resumable
+from .resumable_data import ResumableLoader, is_stateful, make_resumable, own_generators
 
 
 class ExactResume(Callback):
@@ -30,7 +31,9 @@ class ExactResume(Callback):
 
     When ``fit`` starts, the ``train_dataloader`` hook of the datamodule (or of the LightningModule) is wrapped
     so that each loader it returns is rebuilt by ``make_resumable``: Lightning then saves its position in
-    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written.
+    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written. The
+    validation, test and predict loaders get a generator of their own (``own_generators``), so that making their
+    iterators never draws from the global RNG that dropout uses.
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
     stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
@@ -42,23 +45,27 @@ class ExactResume(Callback):
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
         self._loader_states: list[dict[str, Any]] = []
-        self._wrapped: tuple[Any, Any] | None = None  # (object whose hook is wrapped, its own attribute or None)
+        self._wrapped: list[tuple[Any, str, Any]] = []  # (object whose hook is wrapped, hook, its own attribute)
         self._warned = False
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # The hook is wrapped, not the loader: Lightning asks for the loader (again on every reload) after this,
-        # in `estimated_stepping_batches` or when the fit loop starts, before it creates the epoch's iterator.
-        if stage != "fit":
-            return
+        # The hooks are wrapped, not the loaders: Lightning asks for a loader (again on every reload) after this,
+        # in `estimated_stepping_batches` or when a loop starts, before it creates the epoch's iterator.
         self._warned = False
-        if trainer.overfit_batches > 0:
-            return  # overfitting: Lightning replaces the sampler with a sequential one itself
         source = trainer.datamodule if trainer.datamodule is not None else pl_module
-        if not is_overridden("train_dataloader", source):
-            return  # loaders given to `fit` directly: checked when training starts
-        original = source.train_dataloader
-        self._wrapped = (source, vars(source).get("train_dataloader"))
-        source.train_dataloader = lambda: self._resumable(trainer, original())
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        for offset, hook in enumerate(("val_dataloader", "test_dataloader", "predict_dataloader"), start=1):
+            self._wrap(source, hook, lambda loaders, seed=seed + offset: own_generators(loaders, seed))
+        # overfitting: Lightning replaces the train sampler with a sequential one itself
+        if stage == "fit" and trainer.overfit_batches == 0:
+            self._wrap(source, "train_dataloader", lambda loaders: self._resumable(trainer, loaders))
+
+    def _wrap(self, source: Any, hook: str, transform: Callable[[Any], Any]) -> None:
+        if not is_overridden(hook, source):
+            return  # no such loader, or loaders given to `fit` directly: checked when training starts
+        original = getattr(source, hook)
+        self._wrapped.append((source, hook, vars(source).get(hook)))
+        setattr(source, hook, lambda: transform(original()))
 
     def _resumable(self, trainer: pl.Trainer, loaders: Any) -> Any:
         sharding = trainer.distributed_sampler_kwargs or {}
@@ -82,20 +89,18 @@ class ExactResume(Callback):
         )
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self._unwrap()
+        self._unwrap()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._unwrap()
 
     def _unwrap(self) -> None:
-        if self._wrapped is None:
-            return
-        (source, own), self._wrapped = self._wrapped, None
-        if own is None:
-            del source.train_dataloader
-        else:
-            source.train_dataloader = own
+        while self._wrapped:
+            source, hook, own = self._wrapped.pop()
+            if own is None:
+                delattr(source, hook)
+            else:
+                setattr(source, hook, own)
 
     def state_dict(self) -> dict[str, Any]:
         # Every process saves the checkpoint together (rank 0 writes it), so all can contribute their state.
@@ -117,7 +122,7 @@ class ExactResume(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loaders = CombinedLoader(trainer.train_dataloader).flattened
-        if self._wrapped is None and not self._warned:
+        if not any(hook == "train_dataloader" for _, hook, _ in self._wrapped) and not self._warned:
             kept = [loader for loader in loaders if not is_stateful(loader)]
             if kept and trainer.overfit_batches == 0:
                 self._warned = True
