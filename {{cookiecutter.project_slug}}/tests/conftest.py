@@ -1,4 +1,7 @@
-"""Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back."""
+"""Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back.
+
+Tests marked ``faults`` (the fault matrix beyond its slice, ~30 min) run only with ``--faults`` (``make test-faults``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,19 @@ from pathlib import Path
 
 import pytest
 import torch
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--faults", action="store_true", help="also run the whole fault matrix (tests marked faults)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--faults"):
+        return
+    kept = [item for item in items if item.get_closest_marker("faults") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)

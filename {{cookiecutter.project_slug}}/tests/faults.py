@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import time
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -98,17 +100,70 @@ class SignalInValidation(Callback):
                 json.dump({"batches_after_signal": self._ended}, file)
 
 
-class NaNInputAtStep(Callback):
-    """Puts a NaN into the first input of each batch that starts at global step ``step``."""
+class SignalFromOutside(Callback):
+    """Has another process send ``signum`` to this run's main process or to its whole process group, as ``kill`` or a
+    cluster's scheduler does, at ``phase``: ``train`` (after the backward pass of the batch that starts at global step
+    ``step``, before its optimizer step), ``validation`` (as batch 1 of the first validation starts, not the sanity
+    check's) or ``checkpoint`` (while the first checkpoint is being saved).
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    Only global rank 0 sends (under DDP, the main process is rank 0). With ``report``, writes the time it sent.
+    The sender runs in a session of its own: it is not part of the group it signals, as ``scancel`` is not.
+    """
+
+    def __init__(self, phase: str, signum: int, target: str = "group", step: int = 5, report: str = "") -> None:
+        self.phase, self.signum, self.target, self.step, self.report = phase, signum, target, step, report
+        self._sent = False
+
+    def _send(self, trainer: pl.Trainer) -> None:
+        if self._sent or trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        self._sent = True
+        destination = f"-{os.getpgid(0)}" if self.target == "group" else str(os.getpid())
+        name = signal.Signals(self.signum).name.removeprefix("SIG")
+        if self.report:
+            with open(self.report, "w") as file:
+                json.dump({"sent": time.time(), "pgid": os.getpgid(0)}, file)
+        subprocess.run(["kill", "-s", name, "--", destination], check=True, start_new_session=True)
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.phase == "train" and trainer.global_step == self.step:
+            self._send(trainer)
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self.phase == "validation" and batch_idx == 1:
+            self._send(trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        if self.phase == "checkpoint":
+            self._send(trainer)
+
+
+class NaNInputAtStep(Callback):
+    """Puts a NaN into the first input of each batch that starts at global step ``step`` (on process ``rank`` only,
+    if given)."""
+
+    def __init__(self, step: int, rank: int = -1) -> None:
+        self.step, self.rank = step, rank
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: tuple[Tensor, Tensor], batch_idx: int
     ) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (-1, trainer.global_rank):
             batch[0].view(-1)[0] = float("nan")
+
+
+class InfWeightAfterBackward(Callback):
+    """Makes one weight infinite after the backward pass of the batch that starts at global step ``step``: the loss
+    was finite, the optimizer step then leaves non-finite weights (as an update that overflows them does)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step == self.step:
+            next(pl_module.parameters()).data.view(-1)[0] = float("inf")
 
 
 class RaiseAtStep(Callback):

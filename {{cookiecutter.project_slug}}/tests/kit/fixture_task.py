@@ -49,6 +49,7 @@ class SequenceData(pl.LightningDataModule):
         val_size: int = 64,
         batch_size: int = 16,
         num_workers: int = 0,
+        persistent_workers: bool = False,
         seed: int = 0,
         augment: bool = True,
     ) -> None:
@@ -60,6 +61,7 @@ class SequenceData(pl.LightningDataModule):
             val_size: Validation (also test and predict) sequences.
             batch_size: Sequences per batch.
             num_workers: DataLoader worker processes.
+            persistent_workers: Keep the workers between epochs (with ``num_workers > 0``).
             seed: Seed of the data itself.
             augment: Random noise, gain and offset on training sequences.
         """
@@ -67,6 +69,7 @@ class SequenceData(pl.LightningDataModule):
         self.input_shape = (length,)  # the kit links it into the model's `input_shape`
         self.length, self.sizes = length, {"train": train_size, "val": val_size}
         self.batch_size, self.num_workers, self.seed, self.augment = batch_size, num_workers, seed, augment
+        self.persistent_workers = persistent_workers and num_workers > 0
         self.datasets: dict[str, Sequences] = {}
 
     def setup(self, stage: str) -> None:
@@ -79,11 +82,20 @@ class SequenceData(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(
-            self.datasets["train"], batch_size=self.batch_size, shuffle=True, num_workers=self.num_workers
+            self.datasets["train"],
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.num_workers,
+            persistent_workers=self.persistent_workers,
         )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.datasets["val"], batch_size=self.batch_size, num_workers=self.num_workers)
+        return DataLoader(
+            self.datasets["val"],
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            persistent_workers=self.persistent_workers,
+        )
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()

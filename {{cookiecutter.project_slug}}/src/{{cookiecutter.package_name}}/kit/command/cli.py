@@ -26,7 +26,7 @@ from ..protocol import LINKED_ATTRIBUTES
 from ..safety.checkpoint_io import CheckpointWriteError
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
 from ..safety.data_checks import InvalidDataError
-from ..safety.nonfinite import NonFiniteLossError
+from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import INTERRUPTED_EXIT_CODE, STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
@@ -308,7 +308,7 @@ def main(args: ArgsType = None) -> None:
     Exit codes, each failure with one ``error:`` line:
 
     - 0: done.
-    - 1: training stopped: bad data, a non-finite loss, or a checkpoint that cannot be written (what was saved
+    - 1: training stopped: bad data, non-finite numbers, or a checkpoint that cannot be written (what was saved
       before is intact).
     - 2: bad input: command line, config file, a value a class refuses, a task missing a method the
       subcommand needs, a checkpoint that cannot be used. Nothing is written (see ``bad_input.py``).
@@ -330,7 +330,7 @@ def main(args: ArgsType = None) -> None:
             auto_cli(list_runs, args=argv[1:], prog=f"{__package__.split('.')[0]} runs")
             return
         build_cli(args)
-    except (InvalidDataError, NonFiniteLossError, CheckpointWriteError) as error:
+    except (InvalidDataError, NonFiniteError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")
     except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
         sys.exit(INTERRUPTED_EXIT_CODE)

@@ -29,7 +29,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from ..safety.nonfinite import NonFiniteLossError
+from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
 
 FILE = "provenance.yaml"
@@ -37,7 +37,7 @@ STATUSES = {
     "finished": "ran to the end (max_epochs, max_steps or early stopping)",
     "preempted": "stopped by SIGTERM or SIGUSR1 (exit 143, 138); last.ckpt saved, resumable; see `signal`",
     "interrupted": "stopped by Ctrl-C or SIGHUP (exit 130, 129); last.ckpt saved, resumable; see `signal`",
-    "nonfinite": "stopped on a non-finite loss (exit 1)",
+    "nonfinite": "stopped on a non-finite loss or weights (exit 1); no checkpoint holds them",
     "failed": "stopped by an error (exit 1 or 2); see `error`",
     "killed": "no end recorded: the process was killed",
 }
@@ -122,7 +122,7 @@ def status_of(error: BaseException | None) -> tuple[str, str | None]:
         return STOPS[signum], None
     if isinstance(error, KeyboardInterrupt):
         return "interrupted", None
-    if isinstance(error, NonFiniteLossError):
+    if isinstance(error, NonFiniteError):
         return "nonfinite", str(error).splitlines()[0]
     if isinstance(error, SystemExit) and code in (0, None):
         return "finished", None

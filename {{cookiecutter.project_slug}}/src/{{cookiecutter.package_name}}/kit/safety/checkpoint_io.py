@@ -20,6 +20,9 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .finite import listed, nonfinite_in_checkpoint
+from .nonfinite import ADVICE, NonFiniteCheckpointError
+
 MapLocation = Callable[..., Any] | str | torch.device | dict[str, str] | None
 _HOST = socket.gethostname()
 
@@ -29,12 +32,18 @@ class CheckpointWriteError(OSError):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint plugin with crash-proof local writes and ``weights_only`` reads.
+    """Lightning's checkpoint plugin with crash-proof local writes, ``weights_only`` reads, and no NaN or Inf.
 
-    Remote paths (``s3://...``) keep Lightning's fsspec transaction.
+    A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
+    the file on disk keeps its last finite state. Remote paths (``s3://...``) keep Lightning's fsspec transaction.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
+        if bad := nonfinite_in_checkpoint(checkpoint):
+            raise NonFiniteCheckpointError(
+                f"refused to write {path} at global step {checkpoint.get('global_step')}: {listed(bad)} hold NaN or"
+                f" Inf; the file keeps the last finite state it had. {ADVICE}"
+            )
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return

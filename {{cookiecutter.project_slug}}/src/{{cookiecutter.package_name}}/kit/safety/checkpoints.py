@@ -21,6 +21,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from ..command.bad_input import plain
 from .boundaries import StepBoundary
+from .finite import listed, nonfinite_in_checkpoint
 
 LAST, BEST = "last", "best"
 
@@ -133,12 +134,17 @@ def read_checkpoint(path: str) -> dict[str, Any]:
 
 
 def check_checkpoint(path: str, model: torch.nn.Module) -> None:
-    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free checkpoint of ``model``'s architecture.
+    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free, finite checkpoint of ``model``'s architecture.
 
     The message names the model that wrote it, and (a few of each, with their counts) the keys missing from the
     checkpoint, those the model does not have, and those of another shape.
     """
     checkpoint = read_checkpoint(path)
+    if bad := nonfinite_in_checkpoint(checkpoint):
+        raise ValueError(
+            f"checkpoint {path} holds NaN or Inf in {listed(bad)}: its numbers are no result to evaluate, export or"
+            " resume from (a run of this kit never writes one; take an earlier checkpoint of its run)"
+        )
     saved, expected = checkpoint["state_dict"], model.state_dict()
     missing, unexpected = sorted(expected.keys() - saved.keys()), sorted(saved.keys() - expected.keys())
     resized = [f"{k} {_shape(saved[k])} vs {_shape(v)}" for k, v in expected.items() if _resized(saved, k, v)]

@@ -27,7 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.trial import TrialState
 
 from ..safety.data_checks import InvalidDataError
-from ..safety.nonfinite import NonFiniteLossError
+from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
 from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
@@ -169,7 +169,7 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
         flags = [dimension.flag(values[dimension.key]) for dimension in plan.space]
         with storages.heartbeat(storage, trial._trial_id):
             fit_trial(plan.base_config, flags, run_dir, monitor)
-    except NonFiniteLossError as error:  # this configuration diverges: a result, not a fault of the search
+    except NonFiniteError as error:  # this configuration diverges: a result, not a fault of the search
         study.tell(trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: {error}", flush=True)
     except (SystemExit, KeyboardInterrupt) as stopped:

@@ -1,0 +1,158 @@
+"""The fault matrix: every stop signal, sent the way clusters and terminals send it, at every phase of a run.
+
+{signal} x {main pid, process group} x {0, 2, 2 persistent loader workers} x {train step, validation, checkpoint
+write} x {1 process, 2 DDP processes}. Each cell starts ``fit`` of the fixture task in a session of its own (as
+``setsid``), has another process signal it (``kill -s SIG <pid>`` or ``kill -s SIG -- -<pgid>``) at the phase, and
+checks: the exit code (128 + signal), that every process of the job is gone within ``EXIT_BOUND_S`` of the signal,
+``last.ckpt`` at the stop (loadable with ``weights_only``), the status and signal in ``provenance.yaml``, and that
+``fit --ckpt_path last`` then ends bit-identical to a run that never stopped.
+
+``make test`` runs ``SLICE``, which covers every signal, target, phase, worker setting and process count at
+least once; ``make test-faults`` runs every cell (``pytest --faults``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+from faults import fault
+from support import PACKAGE, TESTS, run_dir_flags
+
+pytestmark = pytest.mark.slow
+
+SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "HUP": signal.SIGHUP, "USR1": signal.SIGUSR1}
+TARGETS = ("main", "group")
+WORKERS = {
+    "0w": [],
+    "2w": ["--data.init_args.num_workers=2"],
+    "2wp": ["--data.init_args.num_workers=2", "--data.init_args.persistent_workers=true"],
+}
+PHASES = ("train", "validation", "checkpoint")
+PROCESSES = {"1p": [], "2p": ["--trainer.devices=2", "--trainer.strategy=ddp"]}
+STATUS = {"TERM": "preempted", "USR1": "preempted", "HUP": "interrupted", "INT": "interrupted"}
+EXIT_BOUND_S = 20.0  # from the signal to the last process of the job gone
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+TOTAL_STEPS = {"1p": 32, "2p": 16}  # fixture.yaml: 2 epochs of 16 batches, shared by the processes
+
+CELLS = list(itertools.product(SIGNALS, TARGETS, WORKERS, PHASES, PROCESSES))
+SLICE = [  # every signal, target, phase, worker setting and process count at least once
+    ("TERM", "group", "2w", "train", "2p"),
+    ("INT", "main", "0w", "validation", "1p"),
+    ("HUP", "group", "2wp", "checkpoint", "1p"),
+    ("USR1", "main", "2w", "train", "1p"),
+    ("USR1", "group", "0w", "validation", "2p"),
+]
+
+
+def cell_params() -> list[Any]:
+    return [
+        pytest.param(*cell, id="-".join(cell), marks=() if cell in SLICE else pytest.mark.faults) for cell in CELLS
+    ]
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m <package> fit *args`` in a new session (its own process group), output to ``cwd/out.log``."""
+    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    with open(cwd / "out.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, "fit", "--trainer.accelerator=cpu", *args],
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def finish(process: subprocess.Popen[bytes], cwd: Path, timeout: float = 300) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError(f"hung for {timeout} s:\n" + (cwd / "out.log").read_text()[-4000:]) from None
+
+
+def group_gone_at(pgid: int, deadline: float) -> float:
+    """When the last process of the group is gone (polling until ``deadline``)."""
+    while time.time() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return time.time()
+        time.sleep(0.05)
+    os.killpg(pgid, signal.SIGKILL)
+    raise AssertionError(f"processes of group {pgid} still alive {EXIT_BOUND_S} s after the signal")
+
+
+def last(run: Path) -> dict[str, Any]:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value, key=str) for leaf in [key, *leaves(value[key])]]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
+def assert_same_training(actual: dict[str, Any], expected: dict[str, Any]) -> None:
+    for key in EXACT:
+        for a, b in zip(leaves(actual[key]), leaves(expected[key]), strict=True):
+            assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, key
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The final checkpoint of an uninterrupted run, per process count (loader workers change nothing)."""
+    found = {}
+    for name, flags in PROCESSES.items():
+        cwd = tmp_path_factory.mktemp(f"straight-{name}")
+        run = cwd / "runs" / "fixture" / "straight"
+        assert finish(start(cwd, *run_dir_flags(run), *flags), cwd) == 0, (cwd / "out.log").read_text()[-3000:]
+        found[name] = last(run)
+        assert found[name]["global_step"] == TOTAL_STEPS[name]
+    return found
+
+
+@pytest.mark.parametrize(("sig", "target", "workers", "phase", "processes"), cell_params())
+def test_a_stop_signal_saves_records_exits_and_resumes_exactly(
+    straight: dict[str, dict[str, Any]], tmp_path: Path, sig: str, target: str, workers: str, phase: str, processes: str
+) -> None:
+    run, report = tmp_path / "runs" / "fixture" / "cell", tmp_path / "sent.json"
+    flags = [*run_dir_flags(run), *WORKERS[workers], *PROCESSES[processes]]
+    signum = int(SIGNALS[sig])
+    injected = fault("SignalFromOutside", phase=phase, signum=signum, target=target, report=str(report))
+
+    process = start(tmp_path, *flags, injected)
+    code = finish(process, tmp_path)
+    log = (tmp_path / "out.log").read_text()
+    assert report.is_file(), f"the signal was never sent:\n{log[-3000:]}"
+    sent = json.loads(report.read_text())
+    gone = group_gone_at(sent["pgid"], sent["sent"] + EXIT_BOUND_S)
+    assert code == 128 + signum, log[-4000:]
+    assert gone - sent["sent"] <= EXIT_BOUND_S
+    assert "Traceback" not in log, log[-4000:]
+
+    stopped = last(run)
+    assert 0 < stopped["global_step"] < TOTAL_STEPS[processes]
+    session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
+    assert (session["status"], session["signal"]) == (STATUS[sig], f"SIG{sig}")
+
+    resumed = start(tmp_path, *flags, "--ckpt_path=last")
+    assert finish(resumed, tmp_path) == 0, (tmp_path / "out.log").read_text()[-4000:]
+    assert_same_training(last(run), straight[processes])
+    sessions = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
+    assert [s["status"] for s in sessions] == [STATUS[sig], "finished"]
