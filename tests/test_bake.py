@@ -84,6 +84,7 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/safety/data_checks.py",
     "src/{pkg}/kit/safety/finite.py",
     "src/{pkg}/kit/safety/nonfinite.py",
+    "src/{pkg}/kit/safety/plateau_resume.py",
     "src/{pkg}/kit/safety/preemption.py",
     "src/{pkg}/kit/safety/resumable_data.py",
     "src/{pkg}/kit/safety/resume.py",

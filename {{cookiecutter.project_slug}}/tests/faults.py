@@ -140,6 +140,17 @@ class SignalFromOutside(Callback):
             self._send(trainer)
 
 
+class SignalAtEpochEnd(Callback):
+    """Sends ``signum`` to this process as epoch ``epoch`` ends: after its validation, before its checkpoints."""
+
+    def __init__(self, epoch: int, signum: int = int(signal.SIGTERM)) -> None:
+        self.epoch, self.signum = epoch, signum
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            os.kill(os.getpid(), self.signum)
+
+
 class NaNInputAtStep(Callback):
     """Puts a NaN into the first input of each batch that starts at global step ``step`` (on process ``rank`` only,
     if given)."""

@@ -114,6 +114,7 @@ class SequenceRegressor(pl.LightningModule):
         dropout: float = 0.1,
         lr: float = 0.01,
         optimizer: Literal["adamw", "sgd"] = "adamw",
+        schedule: Literal["onecycle", "plateau", "step"] = "onecycle",
     ) -> None:
         """Builds the model.
 
@@ -123,6 +124,10 @@ class SequenceRegressor(pl.LightningModule):
             dropout: Dropout probability.
             lr: Peak learning rate.
             optimizer: ``adamw``, or plain ``sgd`` (whose step is proportional to the gradient).
+            schedule: ``onecycle`` stepped every optimizer step, sized from ``estimated_stepping_batches``;
+                ``plateau``: ReduceLROnPlateau on ``val/loss`` with ``patience=0`` and a threshold it never meets
+                (it reduces the LR after every epoch but the first);
+                ``step``: StepLR by epoch (``interval: epoch``), halving the LR every epoch.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -150,6 +155,12 @@ class SequenceRegressor(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         kind = torch.optim.AdamW if self.hparams.optimizer == "adamw" else torch.optim.SGD
         optimizer = kind(self.parameters(), lr=self.hparams.lr)
+        if self.hparams.schedule == "plateau":  # as lightning-hydra-template's modules use it
+            plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.1, patience=0, threshold=0.99)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": plateau, "monitor": "val/loss"}}
+        if self.hparams.schedule == "step":
+            step = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": step, "interval": "epoch"}}
         total = int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

@@ -111,3 +111,33 @@ def test_rng_states_round_trip_through_a_weights_only_load(tmp_path: Path) -> No
     resume.restore_rng_state(loaded)
     assert (random.random(), np.random.rand()) == expected[:2]
     assert torch.equal(torch.rand(3), expected[2])
+
+
+@pytest.mark.parametrize("schedule", ["plateau", "step"])
+def test_epoch_schedules_resume_exactly_after_stops_mid_epoch_and_at_an_epoch_end(
+    cli: ModuleType, in_tmp: Path, schedule: str
+) -> None:
+    # ReduceLROnPlateau on val/loss (it reduces the LR after every epoch but the first) and StepLR by epoch, as
+    # lightning-hydra-template's modules configure them. Lightning skips a plateau scheduler at the end of the
+    # epoch a run resumed into: the LR then stayed 10x too high.
+    flags = [f"--model.init_args.schedule={schedule}", "--trainer.max_epochs=4"]
+    expected = fit_in_process(cli, Path("runs/fixture/straight"), *flags)
+    # The last checkpoint is written before the last epoch's plateau step, after its StepLR step.
+    last_lr = 0.01 * 0.1**2 if schedule == "plateau" else 0.01 * 0.5**4
+    assert expected["lr_schedulers"][0]["_last_lr"] == [pytest.approx(last_lr)]
+    run = Path("runs/fixture/stopped")
+    sigterm = int(signal.SIGTERM)
+    with pytest.raises(SystemExit):  # mid-epoch 1
+        fit_in_process(cli, run, *flags, fault("SignalAtStep", step=20, signum=sigterm))
+    with pytest.raises(SystemExit):  # resumed, then stopped as that same epoch ends: its plateau step is owed
+        fit_in_process(cli, run, *flags, "--ckpt_path=last", fault("SignalAtEpochEnd", epoch=1))
+    owed = torch.load(run / "checkpoints/last.ckpt", weights_only=True)
+    assert owed["global_step"] == 32
+    if schedule == "plateau":
+        (state,) = [state for name, state in owed["callbacks"].items() if name.startswith("PlateauResume")]
+        assert list(state["owed"]) == ["0"]  # taken, with the metric saved here, by the run that resumes
+    with pytest.raises(SystemExit):  # resumed at the epoch boundary, stopped in the last validation batch of epoch 2
+        fit_in_process(cli, run, *flags, "--ckpt_path=last", fault("SignalInValidation", epoch=2, batch=3))
+    resumed = fit_in_process(cli, run, *flags, "--ckpt_path=last")
+    for key in EXACT:
+        assert_identical(resumed[key], expected[key], key)

@@ -35,3 +35,9 @@ def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
     """The cluster environment the Trainer detected (SLURM, torchelastic, ...); single-device strategies keep it only
     in the private accelerator connector."""
     return trainer._accelerator_connector.cluster_environment
+
+
+def epoch_restarted(trainer: pl.Trainer) -> bool:
+    """Whether the epoch now ending is the one a run resumed into, where Lightning skips plateau schedulers
+    (``FitLoop.on_advance_end``'s guard from lightning#14702). Loops are not public API."""
+    return trainer.fit_loop.restarting

@@ -18,6 +18,7 @@ from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, Th
 from ..observe.progress import EpochLine
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.nonfinite import StopOnNonFinite
+from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
 from .bad_input import SetupPhase
@@ -29,7 +30,8 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
 
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
-    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFinite()]
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), PlateauResume(), Preemption()]
+    callbacks.append(StopOnNonFinite())
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
