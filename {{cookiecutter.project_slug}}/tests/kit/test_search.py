@@ -180,3 +180,21 @@ def test_pruned_trials_stop_after_the_epoch_optuna_prunes_them(
     assert code == 0
     (trial,) = load_study("one-epoch", SEARCH.parent / "one-epoch").get_trials()
     assert trial.state == optuna.trial.TrialState.COMPLETE
+
+
+def test_ddp_trials_are_refused_with_one_line_before_any_trains(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Lightning's DDP launcher would start `search` again as process 1: a second search worker (it hung).
+    ddp = ["--trainer.devices=2", "--trainer.strategy=ddp"]
+    code, _, err = search(cli, capsys, write_space(SPACE), "--trials=2", *ddp)
+    assert code == 2, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: trainer: a search trial trains in one process, and this config trains in 2 (1 node(s) x 2 device(s)):"
+        " set --trainer.devices 1 --trainer.num_nodes 1, and run trials side by side with --workers N"
+    ]
+    assert not list(SEARCH.glob("trial-*/checkpoints"))
+    states = optuna.trial.TrialState
+    # The refused trial is not counted: its values are queued again for a search with a config that works.
+    assert [trial.state for trial in load_study().get_trials()] == [states.FAIL, states.WAITING]

@@ -114,8 +114,7 @@ class ProjectCLI(LightningCLI):
 
     def _refuse(self, error: BaseException) -> NoReturn:
         """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
-        keys = {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"}
-        self._parser(self.subcommand).error(describe(error, keys), error if isinstance(error, Exception) else None)
+        self._parser(self.subcommand).error(refusal(error), error if isinstance(error, Exception) else None)
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         config = self._get(self.config_init, "trainer", default={})
@@ -246,6 +245,11 @@ class ProjectCLI(LightningCLI):
                 raise
         if self.record is not None:
             self.record.end_session(None)
+
+
+def refusal(error: BaseException) -> str:
+    """The ``error:`` line's text for a refused value: which key holds it, and why."""
+    return describe(error, {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"})
 
 
 def is_global_zero_process() -> bool:

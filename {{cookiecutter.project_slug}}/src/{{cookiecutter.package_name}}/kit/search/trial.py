@@ -13,16 +13,21 @@ import sys
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 
-from ..command.cli import ProjectCLI, build_cli
+from ..command.bad_input import BadInputError
+from ..command.cli import ProjectCLI, build_cli, refusal
 from .monitor import TrialMonitor
 
 
+class TrialRefusedError(Exception):
+    """A trial's ``fit`` refused its config (exit 2): every trial would; the message is its ``error:`` line."""
+
+
 class TrialCLI(ProjectCLI):
-    """``ProjectCLI`` whose trainer also holds the trial's ``TrialMonitor``."""
+    """``ProjectCLI`` whose trainer also holds the trial's ``TrialMonitor``, and whose refusals reach the search."""
 
     def __init__(self, *args: Any, monitor: TrialMonitor, **kwargs: Any) -> None:
         self.monitor = monitor
@@ -30,9 +35,24 @@ class TrialCLI(ProjectCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
         trainer = super().instantiate_trainer(**kwargs)
+        if trainer.world_size > 1:
+            # Lightning's DDP launcher would start `<package> search` again for every other process: each would
+            # become a search worker of its own. Trials run side by side with `--workers` instead.
+            self._refuse(
+                BadInputError(
+                    f"trainer: a search trial trains in one process, and this config trains in {trainer.world_size}"
+                    f" ({trainer.num_nodes} node(s) x {trainer.num_devices} device(s)): set --trainer.devices 1"
+                    " --trainer.num_nodes 1, and run trials side by side with --workers N"
+                )
+            )
         # First, so its epoch-end report and stop decision come before the checkpoints of that epoch.
         trainer.callbacks.insert(0, self.monitor)  # type: ignore[attr-defined]
         return trainer
+
+    def _refuse(self, error: BaseException) -> NoReturn:
+        # Not printed here: the trial's output goes to its fit.log; the worker prints it and the search exits 2.
+        self._discard_new_run()
+        raise TrialRefusedError(refusal(error))
 
 
 def trial_dir(search_dir: Path, number: int) -> Path:
@@ -54,9 +74,19 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: Trial
         "--ckpt_path=last",
     ]
     run_dir.mkdir(parents=True, exist_ok=True)
-    with output_to(run_dir / "fit.log"):
-        print(" ".join(args), flush=True)
-        build_cli(args, cli_class=partial(TrialCLI, monitor=monitor))
+    log = run_dir / "fit.log"
+    try:
+        with output_to(log):
+            print(" ".join(args), flush=True)
+            build_cli(args, cli_class=partial(TrialCLI, monitor=monitor))
+    except SystemExit as stopped:
+        if stopped.code != 2:
+            raise
+        # Refused before it trained: its one `error:` line went to fit.log, where nobody reads it.
+        lines = [line for line in log.read_text().splitlines() if line.startswith("error: ")] if log.is_file() else []
+        raise TrialRefusedError(
+            lines[-1].removeprefix("error: ") if lines else f"refused its config; see {log}"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ trial counts toward ``trials`` once: a trial whose worker dies, is preempted (SI
 is marked failed and its configuration queued again; the retry resumes from the failed run's ``last.ckpt``.
 
 Exit codes: 0 done; 143 stopped by SIGTERM (the running trial saved; rerun to continue); 2 the searched metric
-is never logged; 1 a trial's data is invalid (the same for every trial).
+is never logged, or a trial's ``fit`` refused the config (its ``error:`` line is printed); 1 a trial's data is
+invalid (the same for every trial).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
 from .report import counted, progress_line
 from .space import Dimension
-from .trial import fit_trial, trial_dir
+from .trial import TrialRefusedError, fit_trial, trial_dir
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def run_worker(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseSto
                 _run(plan, study, storage, trial)
             except TrialInterruptedError as interrupted:
                 return interrupted.code
-            except MetricNotLoggedError as error:
+            except (MetricNotLoggedError, TrialRefusedError) as error:
                 print(f"error: {error}", file=sys.stderr, flush=True)
                 return 2
             except InvalidDataError as error:
@@ -172,6 +173,11 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
     except NonFiniteError as error:  # this configuration diverges: a result, not a fault of the search
         study.tell(trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: {error}", flush=True)
+    except TrialRefusedError:
+        with storages.exclusive(storage, plan.study_name):  # the config, not this trial: it is not counted
+            study.tell(trial, state=TrialState.FAIL)
+            storages.retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
+        raise
     except (SystemExit, KeyboardInterrupt) as stopped:
         if (code := _interruption(stopped, monitor)) is None:
             study.tell(trial, state=TrialState.FAIL)
