@@ -22,6 +22,7 @@ from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
 from .bad_input import SetupPhase
 from .task_checks import StartCheck
+from .trackers import TrackedRun
 
 
 def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
@@ -30,6 +31,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
     callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), Preemption(), StopOnNonFiniteLoss()]
+    callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
