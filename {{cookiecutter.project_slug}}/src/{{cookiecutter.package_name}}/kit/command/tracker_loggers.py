@@ -8,7 +8,9 @@ each checkpoint, and a resume starts its trackers after it (see ``trackers.py``)
 from __future__ import annotations
 
 import csv
+import json
 import os
+import struct
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -233,24 +235,70 @@ class RunWandbLogger(WandbLogger):
             checkpoint_name=checkpoint_name,
             **(wandb_init or {}),  # the config's other `wandb.init` arguments (entity, tags, group, mode, ...)
         )
-        self.mark = directory / ".wandb-logged-step"  # written after each log: what W&B has, even after a SIGKILL
-        self.skip_to = int(self.mark.read_text()) if self.mark.is_file() else -1
-        self.logged_step = -1
+        # Per metric, the last step the earlier sessions' offline files hold (what W&B has, even after a SIGKILL).
+        self.skip = wandb_offline_steps(directory, id)
+        self.logged_step, self.started, self.metric_prefix = -1, False, prefix
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        run = super().experiment
+        self.started = True
+        return run
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        if step is not None and step <= self.skip_to:
-            return
-        super().log_metrics(metrics, step)
-        if step is not None and step > self.logged_step:
-            self.logged_step = int(step)
-            self.mark.write_text(str(step))
+        if step is not None:
+            start = f"{self.metric_prefix}{self.LOGGER_JOIN_CHAR}" if self.metric_prefix else ""
+            metrics = {key: value for key, value in metrics.items() if step > self.skip.get(f"{start}{key}", -1)}
+            self.logged_step = max(self.logged_step, int(step))
+        if metrics:
+            super().log_metrics(metrics, step)
 
     def end(self, status: str, files: list[Path]) -> None:
         """Closes the W&B run with the session's exit code (0 finished, 143 preempted, 130 interrupted, else 1)."""
-        import wandb
-
         codes = {"finished": 0, "preempted": 143, "interrupted": 130}
-        if wandb.run is not None and wandb.run.id == self.version:
-            wandb.run.summary["kit/status"] = status
-            wandb.run.finish(exit_code=codes.get(status, 1))
+        if self.started:  # else no W&B run was made: nothing to close
+            self.experiment.summary["kit/status"] = status
+            self.experiment.finish(exit_code=codes.get(status, 1))
+
+
+def wandb_offline_steps(directory: Path, run_id: str) -> dict[str, int]:
+    """Per metric, the last ``trainer/global_step`` in the run's W&B offline files (``<run>/wandb/offline-run-*``)."""
+    last: dict[str, int] = {}
+    for file in sorted(directory.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")):
+        for values in wandb_history(file):
+            step = values.get("trainer/global_step")
+            if isinstance(step, (int, float)):
+                for key in values:
+                    last[key] = max(last.get(key, -1), int(step))
+    return last
+
+
+def wandb_history(file: Path) -> list[dict[str, Any]]:
+    """The history rows of a W&B transaction log (``.wandb``): W&B's protobuf records in LevelDB's log format
+    (32 KiB blocks of records, each a CRC, a length, a type and data) after a 7-byte header. A file cut short
+    (its process killed) gives the rows before the cut. W&B 0.31 has no Python reader of its own."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2
+
+    blob, rows, pending, offset, block = file.read_bytes(), [], b"", 7, 32768
+    while offset + 7 <= len(blob):
+        if block - offset % block < 7:  # a block's trailer
+            offset += block - offset % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", blob[offset : offset + 7])
+        data, offset = blob[offset + 7 : offset + 7 + length], offset + 7 + length
+        if kind == 0 or len(data) < length:  # padding, or the end of a file cut short
+            break
+        pending = data if kind in (1, 2) else pending + data  # FULL, FIRST; MIDDLE and LAST continue one
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(pending)
+            except DecodeError:
+                break
+            if record.WhichOneof("record_type") == "history":
+                items = record.history.item
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
+    return rows

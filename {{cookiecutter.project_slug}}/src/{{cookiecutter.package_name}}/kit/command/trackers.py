@@ -53,6 +53,11 @@ WANDB_SET = ("name", "save_dir", "dir", "version", "id", "project", "offline", "
 WANDB_SET += ("anonymous", "experiment")
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (a tracker's package), without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
 def configured_loggers(value: Any) -> list[Any]:
     """The entries of ``trainer.logger`` (a config entry, a list of them, or ``true``/``false``/``null``)."""
     if value is None or isinstance(value, bool):
@@ -98,7 +103,7 @@ def check_trackers(trainer_config: Namespace, run: Namespace, ckpt_path: str | N
     for entry in configured_loggers(trainer_config.get("logger")):
         cls = class_of(entry)
         for base, (module, extra) in EXTRAS.items():
-            if cls is not None and issubclass(cls, base) and importlib.util.find_spec(module) is None:
+            if cls is not None and issubclass(cls, base) and not installed(module):
                 raise BadInputError(
                     f"{KEY}: {base.__name__} needs the `{extra}` extra: pip install -e '.[{extra}]' (or pip install"
                     f" {'mlflow-skinny' if extra == 'mlflow' else extra})"
@@ -276,11 +281,13 @@ def new_wandb_id() -> str:
 
 
 def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"model.init_args.lr": 0.01, ...}``: the config's leaves under their dotted keys."""
+    """``{"model.init_args.lr": 0.01, "trainer.logger.0.class_path": ...}``: the config's leaves, dotted keys."""
     found: dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, dict) and value:
             found.update(flat(value, f"{prefix}{key}."))
+        elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+            found.update(flat(dict(enumerate(value)), f"{prefix}{key}."))
         else:
             found[f"{prefix}{key}"] = value
     return found
