@@ -4,6 +4,7 @@ once, and no credential lands in a file. MLflow runs against a real tracking ser
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -287,3 +288,78 @@ def test_a_server_that_goes_away_mid_run_does_not_stop_training(
     assert err.count("warning: MLflow at ") == 1
     assert f"warning: {lost}; training goes on without it" in err
     assert record(run)["sessions"][-1]["status"] == "finished"
+
+
+def search_space() -> str:
+    Path("space.yaml").write_text(yaml.safe_dump({"space": {"model.lr": {"float": [1.0e-3, 1.0e-1], "log": True}}}))
+    return "--config=space.yaml"
+
+
+def test_search_trials_are_child_runs_of_one_study_run_showing_the_best(
+    cli: ModuleType, capsys: pytest.CaptureFixture[str], mlflow_url: str
+) -> None:
+    needs("mlflow")
+    pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
+    flags = [search_space(), tracker_flags("mlflow", mlflow={"tracking_uri": mlflow_url}), "--trials=3", *LIMITS]
+    with pytest.raises(SystemExit) as done:
+        cli.main(["search", *flags])
+    out = capsys.readouterr().out
+    assert done.value.code == 0, out
+    from mlflow import MlflowClient
+
+    client = MlflowClient(mlflow_url)
+    experiment = client.get_experiment_by_name("fixture").experiment_id
+    (parent,) = client.search_runs([experiment], filter_string="tags.`kit.search.study` = 'search'")
+    children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(child.info.run_name for child in children) == ["trial-000", "trial-001", "trial-002"]
+    best_file = EXPERIMENT / "search" / "best.yaml"
+    header = best_file.read_text().splitlines()[0]  # "# Best of search ...: trial N, val/loss = V (minimize)."
+    number, value = header.split(": trial ")[1].split(", val/loss = ")
+    value = value.split(" ")[0]
+    rank_one = next(line.split() for line in out.splitlines() if line.startswith("1 "))
+    assert rank_one[1] == number  # the table's best is best.yaml's
+    assert parent.data.tags["kit.search.best_trial"] == number
+    assert parent.data.metrics["val/loss"] == pytest.approx(float(value), rel=1e-5)
+    lr = yaml.safe_load(best_file.read_text())["model"]["init_args"]["lr"]
+    assert float(parent.data.params["model.lr"]) == pytest.approx(lr)
+    assert parent.info.status == "FINISHED"
+    assert trackers.PARENT_RUN_ENV not in os.environ
+
+
+def test_no_credential_lands_in_a_file_the_run_or_the_search_writes(
+    cli: ModuleType,
+    run_cli: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str],
+    mlflow_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    needs("mlflow", "wandb")
+    pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
+    secrets = {
+        "MLFLOW_TRACKING_TOKEN": "tok-S3CRET-a1",
+        "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01S3CRET",
+        "tracking URL password": "pw-S3CRET-b2",
+        "storage URL password": "pw-S3CRET-c3",
+    }
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", secrets["MLFLOW_TRACKING_TOKEN"])
+    monkeypatch.setenv("WANDB_API_KEY", secrets["WANDB_API_KEY"])
+    with_password = mlflow_url.replace("http://", f"http://alice:{secrets['tracking URL password']}@")
+    names = ("tensorboard", "csv", "mlflow", "wandb")
+    run_cli("fit", *LIMITS, tracker_flags(*names, mlflow={"tracking_uri": with_password}))
+    assert (
+        yaml.safe_load((the_run() / "config.yaml").read_text())["trainer"]["logger"][2]["init_args"]["tracking_uri"]
+        == mlflow_url
+    )
+    with servers.postgres() as database:  # trust authentication: any password is accepted
+        storage = database.replace("postgres@", f"postgres:{secrets['storage URL password']}@")
+        search = [search_space(), tracker_flags("mlflow", file="search.yaml", mlflow={"tracking_uri": with_password})]
+        with pytest.raises(SystemExit) as done:
+            cli.main(["search", *search, f"--storage={storage}", "--trials=2", *LIMITS])
+        assert done.value.code == 0
+    out, err = capsys.readouterr()
+    written = [path for path in Path("runs").rglob("*") if path.is_file()]
+    assert len(written) > 20
+    for name, secret in secrets.items():
+        assert secret not in out + err, name
+        holding = [str(path) for path in written if secret.encode() in path.read_bytes()]
+        assert holding == [], name

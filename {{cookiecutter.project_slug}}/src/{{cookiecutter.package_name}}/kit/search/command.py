@@ -31,6 +31,7 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
+from ..command.trackers import PARENT_RUN_ENV
 from ..safety.preemption import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
@@ -136,6 +137,7 @@ def main(args: list[str]) -> None:
     _write_best(plan, study, cli.parser)
     if parent is not None:
         parent.show_best(study, plan, finished=code == 0)
+        os.environ.pop(PARENT_RUN_ENV, None)  # a search run in a process that goes on (tests) leaves no parent
     sys.exit(code)
 
 
