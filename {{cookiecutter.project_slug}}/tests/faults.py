@@ -22,13 +22,20 @@ class SignalAtStep(Callback):
 
     ``hook="end"`` sends it when that batch ends, ``"start"`` before the batch runs. With gradient accumulation
     several batches share a step: with ``hook="end"``, batch 1 is the one whose optimizer step just happened.
-    ``repeat`` sends it that many times in a row (a second Ctrl-C).
+    ``repeat`` sends it that many times in a row (a second Ctrl-C). ``pid``: another process to signal (a server).
     """
 
     def __init__(
-        self, step: int, signum: int = int(signal.SIGKILL), batch: int = 1, hook: str = "end", repeat: int = 1
+        self,
+        step: int,
+        signum: int = int(signal.SIGKILL),
+        batch: int = 1,
+        hook: str = "end",
+        repeat: int = 1,
+        pid: int | None = None,
     ) -> None:
         self.step, self.signum, self.batch, self.hook, self.repeat = step, signum, batch, hook, repeat
+        self.pid = pid
         self._seen = 0
 
     def on_train_batch_start(
@@ -48,7 +55,7 @@ class SignalAtStep(Callback):
             self._seen += 1
             if self._seen == self.batch:
                 for _ in range(self.repeat):
-                    os.kill(os.getpid(), self.signum)
+                    os.kill(self.pid or os.getpid(), self.signum)
 
 
 class SignalInValidation(Callback):

@@ -6,18 +6,16 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import servers
 import torch
 import yaml
 from support import PACKAGE, TESTS
@@ -143,33 +141,9 @@ def test_two_workers_share_the_journal_and_a_killed_one_s_trial_is_run_again(spa
 
 @pytest.fixture
 def postgres() -> Iterator[str]:
-    """A PostgreSQL server of its own on a free loopback port, as an unprivileged user; its URL."""
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
-    if found is None:
-        pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")
-    bin_dir = Path(found).resolve().parent
-    pytest.importorskip("psycopg", reason="the PostgreSQL driver comes with the `search` extra")
-    # PostgreSQL refuses to run as root: run it as `nobody` in a folder of its own.
-    as_user: list[str] = []
-    data = Path(tempfile.mkdtemp(prefix="search-pg-"))
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without `runuser` to start PostgreSQL as another user")
-        as_user = ["runuser", "-u", "nobody", "--"]
-        os.chown(data, 65534, 65534)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    run = dict(check=True, capture_output=True, timeout=120)
-    subprocess.run([*as_user, str(bin_dir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "-A", "trust"], **run)
-    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1"
-    pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data / "db")]
-    subprocess.run([*pg_ctl, "-o", options, "-l", str(data / "server.log"), "-w", "start"], **run)
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "-w", "stop"], capture_output=True, timeout=120)
-        shutil.rmtree(data, ignore_errors=True)
+    """A PostgreSQL server of its own (see servers.py); its URL."""
+    with servers.postgres() as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
 from .bad_input import SetupPhase
 from .task_checks import StartCheck
+from .trackers import TrackedRun
 
 
 def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
@@ -32,6 +33,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
     """
     callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), PlateauResume(), Preemption()]
     callbacks.append(StopOnNonFinite())
+    callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))

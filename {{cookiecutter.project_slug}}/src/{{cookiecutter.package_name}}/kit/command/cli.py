@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import lightning.pytorch as pl
 from jsonargparse import auto_cli
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..protocol import LINKED_ATTRIBUTES
@@ -40,8 +41,9 @@ from .bad_input import (
     innermost_cause,
 )
 from .provenance import Provenance, RunRecord, describe_origin
-from .runs import LIGHTNING_ALIASES, RunDirectory, RunLogger, list_runs, plan_run
+from .runs import LIGHTNING_ALIASES, RunDirectory, list_runs, plan_run
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
+from .trackers import check_trackers, in_run, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -94,6 +96,15 @@ class ProjectCLI(LightningCLI):
             except ValueError as error:
                 parser.error(str(error))
 
+    def before_instantiate_classes(self) -> None:
+        if self.subcommand in (None, "fit"):  # the commands that track a run (see trackers.py)
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            try:
+                resolve_trackers(config.trainer)
+                check_trackers(config.trainer, config.run, config.get("ckpt_path"))
+            except BadInputError as error:
+                self._refuse(error)
+
     def instantiate_classes(self) -> None:
         # Everything is built from the config here: whatever a constructor raises is about a configured value.
         try:
@@ -127,8 +138,7 @@ class ProjectCLI(LightningCLI):
             check_folder("trainer.default_root_dir", config.get("default_root_dir"))
         directory, callbacks = self._prepare_run(config)
         kwargs["default_root_dir"] = str(directory)  # everything the Trainer writes by itself goes there too
-        if config.get("logger") in (None, True):  # not configured: TensorBoard events, for training only
-            kwargs["logger"] = self._logger(directory)
+        kwargs["logger"] = self._logger(directory)  # every tracker writes where the run is (trackers.py)
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
@@ -200,19 +210,18 @@ class ProjectCLI(LightningCLI):
         saved = (directory / "config.yaml").read_text() if (directory / "config.yaml").is_file() else ""
         return directory, [Provenance(self.record, saved)]
 
-    def _logger(self, directory: Path) -> RunLogger | bool:
+    def _logger(self, directory: Path) -> list[Logger] | bool:
         # Only `fit` logs: evaluating a checkpoint writes no events into its run (their steps would restart
         # at 0 on the run's curves); the metrics are printed as a table. Objects built without a subcommand
         # (`run=False`, for a `fit` called in code) log into the named run or the experiment folder.
-        if self.subcommand is None:
-            return RunLogger(directory)
-        if self.record is None:
+        if self.subcommand is not None and self.record is None:
             return False
         logged = None
         if self.plan is not None and self.plan.resumed and self.origin is not None:
             logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
-        # A resumed run continues its curves: TensorBoard drops what the stopped session logged after the checkpoint.
-        return RunLogger(directory, purge_step=None if logged is None else logged + 1)
+        # A resumed run continues its curves: each tracker starts after the checkpoint's last logged step.
+        purge, built = None if logged is None else logged + 1, self._get(self.config_init, "trainer")["logger"]
+        return in_run(self._get(self.config, "trainer")["logger"], built, directory, self.record, purge)
 
     def _start_session(self, trainer: pl.Trainer, record: RunRecord) -> None:
         config = self.config[self.subcommand]

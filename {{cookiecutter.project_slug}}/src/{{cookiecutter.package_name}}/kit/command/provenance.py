@@ -19,6 +19,7 @@ import shlex
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +32,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
+from .secrets import masked
 
 FILE = "provenance.yaml"
 STATUSES = {
@@ -136,6 +138,7 @@ class RunRecord:
     def __init__(self, directory: Path, writer: bool) -> None:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
+        self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers.py)
         self.data: dict[str, Any] = read_record(directory) or {
             "experiment": directory.parent.name,
             "run": directory.name,
@@ -161,7 +164,7 @@ class RunRecord:
                 "started": now(),
                 "ended": None,
                 "status": None,
-                "command": shlex.join(command),
+                "command": masked(shlex.join(command)),  # no URL's password
                 "seed": seed,
                 "resumed_from": ckpt_path,
                 "host": socket.gethostname(),
@@ -183,8 +186,10 @@ class RunRecord:
         if (signum := signal_of(getattr(error, "code", None))) is not None:
             session["signal"] = signal.Signals(signum).name
         if message:
-            session["error"] = message
+            session["error"] = masked(message)
         self.write()
+        for listener in self.on_end:
+            listener(status)
 
     def update_progress(self, trainer: pl.Trainer, logged_step: int | None) -> None:
         """Epoch, step and best monitored value so far (called with every checkpoint)."""
@@ -192,7 +197,7 @@ class RunRecord:
         epochs = trainer.fit_loop.epoch_progress.current.processed
         progress: dict[str, Any] = {"epochs": epochs, "step": trainer.global_step}
         if logged_step is not None:
-            progress["logged_step"] = logged_step  # the last step in TensorBoard: a resume purges what follows
+            progress["logged_step"] = logged_step  # the last step the trackers have: a resume starts after it
         best = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor), None)
         if best is not None and best.best_model_score is not None:
             progress["best"] = {"monitor": best.monitor, "value": float(best.best_model_score)}
@@ -223,7 +228,7 @@ class Provenance(Callback):
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        logged = getattr(trainer.logger, "logged_step", None)
+        logged = max((getattr(logger, "logged_step", -1) for logger in trainer.loggers), default=-1)  # any tracker's
         self.record.update_progress(trainer, logged if isinstance(logged, int) and logged >= 0 else None)
         checkpoint["provenance"] = self.record.for_checkpoint(self.config)
 

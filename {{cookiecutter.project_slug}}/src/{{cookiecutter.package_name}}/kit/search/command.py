@@ -31,10 +31,12 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
+from ..command.trackers import PARENT_RUN_ENV
 from ..safety.signals import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown
+from .tracking import study_run
 from .trial import trial_dir
 from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker, spawned_worker
 
@@ -116,6 +118,7 @@ def main(args: list[str]) -> None:
         plan = make_plan(cli.parser, cli.config)
         base = _fit_config(cli.parser, cli.config)
         study, storage = _start_study(plan, base)
+        parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
     except ValueError as error:  # SpaceError included
         _exit_error(str(error), 2)
     plan.search_dir.mkdir(parents=True, exist_ok=True)
@@ -132,6 +135,9 @@ def main(args: list[str]) -> None:
         code = INTERRUPTED_EXIT_CODE
     print(table(study, list(plan.space), plan.metric), flush=True)
     _write_best(plan, study, cli.parser)
+    if parent is not None:
+        parent.show_best(study, plan, finished=code == 0)
+        os.environ.pop(PARENT_RUN_ENV, None)  # a search run in a process that goes on (tests) leaves no parent
     sys.exit(code)
 
 

@@ -1,0 +1,76 @@
+"""A search in MLflow: one parent run per study, each trial's run its child, the parent showing the best trial.
+
+Only when the search's ``fit`` config logs to MLflow (``-c configs/logger/mlflow.yaml``). The parent run is
+found by its study name in the trials' MLflow experiment, so workers on several machines share it; each trial's
+run gets the ``mlflow.parentRunId`` tag (MLflow's nesting) from ``$KIT_MLFLOW_PARENT_RUN_ID``, which this module
+sets for the worker processes. When the command ends, the parent holds the best complete trial's values as
+parameters, its metric, the trial number and ``best.yaml``, and the status FINISHED (KILLED when stopped early).
+"""
+
+from __future__ import annotations
+
+import os
+
+import optuna
+from jsonargparse import Namespace
+from lightning.pytorch.loggers import MLFlowLogger
+
+from ..command.secrets import masked
+from ..command.trackers import PARENT_RUN_ENV, class_of, configured_loggers
+from .report import ranked
+from .worker import Plan
+
+STUDY_TAG = "kit.search.study"
+
+
+class StudyRun:
+    """The study's parent run in MLflow."""
+
+    def __init__(self, tracking_uri: str, experiment: str, study_name: str) -> None:
+        from mlflow import MlflowClient
+
+        self.client, self.uri = MlflowClient(tracking_uri), tracking_uri
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        tag = f"tags.`{STUDY_TAG}` = '{study_name}'"
+        runs = self.client.search_runs([experiment_id], filter_string=tag, max_results=1)
+        if runs:
+            self.run_id = runs[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            tags = {STUDY_TAG: study_name, "mlflow.runName": f"search {study_name}"}
+            self.run_id = self.client.create_run(experiment_id, tags=tags).info.run_id
+
+    def show_best(self, study: optuna.Study, plan: Plan, finished: bool) -> None:
+        """The best complete trial's values, metric and number; ``best.yaml`` as an artifact; the run's status."""
+        complete = [t for t in ranked(study) if t.state == optuna.trial.TrialState.COMPLETE]
+        if complete:
+            best, logged = complete[0], self.client.get_run(self.run_id).data.params
+            for key, value in best.params.items():
+                if key not in logged:  # MLflow sets a parameter once: a study continued later updates the tags
+                    self.client.log_param(self.run_id, key, value)
+                self.client.set_tag(self.run_id, f"kit.search.best.{key}", str(value))
+            self.client.log_metric(self.run_id, plan.metric, best.value, step=len(complete))
+            self.client.set_tag(self.run_id, "kit.search.best_trial", str(best.number))
+            if (plan.search_dir / "best.yaml").is_file():
+                self.client.log_artifact(self.run_id, str(plan.search_dir / "best.yaml"))
+        self.client.set_terminated(self.run_id, "FINISHED" if finished else "KILLED")
+
+
+def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
+    """The study's parent run when the trials log to MLflow (``None`` otherwise); its id goes to the workers."""
+    for entry in configured_loggers(config.trainer.get("logger")):
+        cls = class_of(entry)
+        if cls is not None and issubclass(cls, MLFlowLogger) and isinstance(entry, Namespace):
+            experiment = entry.init_args.get("experiment_name")
+            if experiment in (None, "lightning_logs"):  # as trackers.py names a trial's MLflow experiment
+                experiment = config.run.experiment
+            try:
+                run = StudyRun(entry.init_args.tracking_uri, experiment, plan.study_name)
+            except Exception as error:
+                raise ValueError(
+                    f"MLflow at {masked(entry.init_args.tracking_uri)}: {masked(str(error))[:200]}"
+                ) from None
+            os.environ[PARENT_RUN_ENV] = run.run_id
+            return run
+    return None
