@@ -13,6 +13,7 @@ import subprocess
 import time
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
@@ -108,13 +109,16 @@ class SignalInValidation(Callback):
 
 
 class SignalFromOutside(Callback):
-    """Has another process send ``signum`` to this run's main process or to its whole process group, as ``kill`` or a
-    cluster's scheduler does, at ``phase``: ``train`` (after the backward pass of the batch that starts at global step
-    ``step``, before its optimizer step), ``validation`` (as batch 1 of the first validation starts, not the sanity
-    check's) or ``checkpoint`` (while the first checkpoint is being saved).
+    """Has another process send ``signum`` to this run's main process (``target="main"``), to its whole process group
+    (``"group"``), to every rank's process (``"ranks"``) or to the group of its parent (``"node"``: under torchrun,
+    the node's agent and its processes), as ``kill`` or a cluster's scheduler does, at ``phase``:
+    ``train`` (after the backward pass of the batch that starts at global step ``step``, before its optimizer step),
+    ``validation`` (as batch 1 of the first validation starts, not the sanity check's) or ``checkpoint`` (while the
+    first checkpoint is being saved).
 
-    Only global rank 0 sends (under DDP, the main process is rank 0). With ``report``, writes the time it sent.
-    The sender runs in a session of its own: it is not part of the group it signals, as ``scancel`` is not.
+    Global rank 0 sends (under DDP, the main process is rank 0). With ``report``, writes the time it sent and the
+    process group. The sender runs in a session of its own: it is not part of the group it signals, as ``scancel``
+    is not.
     """
 
     def __init__(self, phase: str, signum: int, target: str = "group", step: int = 5, report: str = "") -> None:
@@ -122,15 +126,22 @@ class SignalFromOutside(Callback):
         self._sent = False
 
     def _send(self, trainer: pl.Trainer) -> None:
-        if self._sent or trainer.sanity_checking or not trainer.is_global_zero:
+        if self._sent or trainer.sanity_checking:
             return
         self._sent = True
-        destination = f"-{os.getpgid(0)}" if self.target == "group" else str(os.getpid())
-        name = signal.Signals(self.signum).name.removeprefix("SIG")
+        pids = [os.getpid()]
+        if self.target == "ranks" and torch.distributed.is_initialized():
+            pids = [None] * trainer.world_size  # every rank is in this hook now
+            torch.distributed.all_gather_object(pids, os.getpid())
+        if not trainer.is_global_zero:
+            return
+        groups = {"group": os.getpgid(0), "node": os.getpgid(os.getppid())}
+        destinations = [f"-{groups[self.target]}"] if self.target in groups else [str(pid) for pid in pids]
         if self.report:
             with open(self.report, "w") as file:
-                json.dump({"sent": time.time(), "pgid": os.getpgid(0)}, file)
-        subprocess.run(["kill", "-s", name, "--", destination], check=True, start_new_session=True)
+                json.dump({"sent": time.time(), "pgid": os.getpgid(0), "pids": pids}, file)
+        name = signal.Signals(self.signum).name.removeprefix("SIG")
+        subprocess.run(["kill", "-s", name, "--", *destinations], check=True, start_new_session=True)
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.phase == "train" and trainer.global_step == self.step:

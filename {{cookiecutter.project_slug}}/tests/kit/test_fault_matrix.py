@@ -64,7 +64,9 @@ def cell_params() -> list[Any]:
 def start(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
     """``python -m <package> fit *args`` in a new session (its own process group), output to ``cwd/out.log``."""
     path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])
+    # faulthandler: a process that hangs prints where each of its threads is when the test aborts it.
     env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env["PYTHONFAULTHANDLER"] = "1"
     with open(cwd / "out.log", "ab") as log:
         return subprocess.Popen(
             [sys.executable, "-m", PACKAGE, "fit", "--trainer.accelerator=cpu", *args],
@@ -80,8 +82,10 @@ def finish(process: subprocess.Popen[bytes], cwd: Path, timeout: float = 300) ->
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)  # every process prints its threads' stacks (PYTHONFAULTHANDLER)
+        time.sleep(3)
         os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError(f"hung for {timeout} s:\n" + (cwd / "out.log").read_text()[-4000:]) from None
+        raise AssertionError(f"hung for {timeout} s:\n" + (cwd / "out.log").read_text()[-12000:]) from None
 
 
 def group_gone_at(pgid: int, deadline: float) -> float:
