@@ -31,7 +31,7 @@ $(MLFLOW_VENV)/.installed: $(MLFLOW_SERVER_REQUIREMENTS)
 	$(MLFLOW_VENV)/bin/python -m pip install --quiet --no-deps --requirement "$(MLFLOW_SERVER_REQUIREMENTS)"
 	touch $@
 
-main: setup ## Bake a project with the default answers, train it on its default config, validate the best checkpoint.
+main: $(VENV)/.installed ## Bake a project with the default answers, train it on its default config, validate the best checkpoint.
 	rm -rf $(PROJECT)
 	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable $(PROJECT)

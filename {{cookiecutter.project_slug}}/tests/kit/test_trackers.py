@@ -171,7 +171,9 @@ def test_a_killed_run_resumes_the_same_tracked_runs_with_every_step_once(
     client = MlflowClient(mlflow_url)
     mlflow_run = client.get_run(ids["mlflow"]["run_id"])
     assert (mlflow_run.info.status, mlflow_run.data.tags["kit.status"]) == ("FINISHED", "finished")
-    assert len(client.search_runs([mlflow_run.info.experiment_id])) == 1  # one MLflow run for the run folder
+    # One MLflow run for the run folder (other tests of this module share the server and the experiment).
+    named = client.search_runs([mlflow_run.info.experiment_id], filter_string=f"tags.mlflow.runName = '{run.name}'")
+    assert [found.info.run_id for found in named] == [ids["mlflow"]["run_id"]]
 
 
 def test_mlflow_status_follows_each_session_preempted_then_finished(

@@ -71,7 +71,7 @@ class Preemption(StepBoundary):
             return self._signum  # agreed already (at the same point on every rank)
         pending = STOP.pending or 0
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            flag = torch.tensor([pending], device=trainer.strategy.root_device)
+            flag = torch.full((1,), pending, device=trainer.strategy.root_device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             pending = int(flag.item())
         if not pending:
