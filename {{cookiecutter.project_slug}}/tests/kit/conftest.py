@@ -26,7 +26,7 @@ def _fixture_task() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def cli() -> ModuleType:
-    return submodule("kit.command.cli")
+    return submodule("kit.entry")
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def classifier() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def cli() -> ModuleType:
-    return submodule("kit.command.cli")
+    return submodule("kit.entry")
 
 
 @pytest.fixture

@@ -9,26 +9,18 @@ no config can drop them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
-from jsonargparse import auto_cli
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
-from lightning.pytorch.loggers import Logger
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..protocol import LINKED_ATTRIBUTES
-from ..safety.checkpoint_io import CheckpointWriteError
-from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoint, read_checkpoint
-from ..safety.data_checks import InvalidDataError
-from ..safety.nonfinite import NonFiniteError
-from ..safety.signals import INTERRUPTED_EXIT_CODE, STOP
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, read_checkpoint
+from ..safety.signals import STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
@@ -40,10 +32,10 @@ from .bad_input import (
     describe,
     innermost_cause,
 )
-from .provenance import Provenance, RunRecord, describe_origin
-from .runs import LIGHTNING_ALIASES, RunDirectory, list_runs, plan_run
+from .runs import RunDirectory
+from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
-from .trackers import check_trackers, in_run, resolve_trackers
+from .trackers import check_trackers, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
@@ -136,98 +128,38 @@ class ProjectCLI(LightningCLI):
         if self.subcommand is not None:  # before a run directory exists (BadInputError: refused, exit 2)
             check_task(self.subcommand, self.model, self.datamodule)
             check_folder("trainer.default_root_dir", config.get("default_root_dir"))
-        directory, callbacks = self._prepare_run(config)
-        kwargs["default_root_dir"] = str(directory)  # everything the Trainer writes by itself goes there too
-        kwargs["logger"] = self._logger(directory)  # every tracker writes where the run is (trackers.py)
+        self.session = session = RunSession(self.subcommand)
+        arguments = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        try:
+            ckpt_path = session.prepare(
+                self._get(self.config_init, "run"), config, arguments.get("ckpt_path"), self.model
+            )
+        except ValueError as error:
+            self.parser.error(str(error))
+        if self.subcommand and arguments.get("ckpt_path") is not None:
+            arguments["ckpt_path"] = ckpt_path  # `best`/`last` resolved to a file
+        callbacks = (
+            session.save_config(self._parser(self.subcommand), self.config[self.subcommand]) if self.subcommand else []
+        )
+        kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
+        kwargs["logger"] = session.loggers(self._get(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except BaseException:
-            self._discard_new_run()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
+            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
             raise
         if isinstance(trainer, ProjectTrainer):
             trainer.command = (self._parser(self.subcommand), self.config.get(str(self.subcommand), self.config))
-        if self.record is not None:
-            self._start_session(trainer, self.record)
+        if self.subcommand:
+            session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
         return trainer
 
     def _discard_new_run(self) -> None:
-        """Removes the run directory this command created, with the experiment folder if it is left empty."""
-        plan, record = getattr(self, "plan", None), getattr(self, "record", None)
-        if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
-            return
-        shutil.rmtree(record.directory)
-        with contextlib.suppress(OSError):
-            os.removedirs(record.directory.parent)
-        self.record = None
-
-    def _prepare_run(self, trainer_config: dict[str, Any]) -> tuple[Path, list[pl.Callback]]:
-        """Decides the run directory and the checkpoint to load (see ``runs.py``), and creates the run for ``fit``.
-
-        Every check comes first: a bad checkpoint or a run that would be overwritten exits 2 with every file
-        untouched. Only the process of global rank 0 creates a run (the one Lightning's DDP launcher starts the
-        others from): other processes get its directory through ``trainer.log_dir``, which Lightning broadcasts.
-        """
-        subcommand = self.subcommand
-        # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
-        fitting = subcommand == "fit" and not trainer_config.get("fast_dev_run")
-        ckpt_path = self.config_init[subcommand].get("ckpt_path") if subcommand else None
-        run = self._get(self.config_init, "run")
-        self.plan, self.record, self.origin = None, None, None
-        writer = is_global_zero_process()
-        try:
-            plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
-            if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
-                check_checkpoint(plan.ckpt_path, self.model)
-                loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
-                self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
-        except ValueError as error:
-            self.parser.error(str(error))
-        if subcommand and ckpt_path is not None:
-            self.config_init[subcommand]["ckpt_path"] = plan.ckpt_path
-        if ckpt_path == "last" and fitting and plan.ckpt_path is None:
-            rank_zero_info(
-                f"--ckpt_path last: nothing to resume in {plan.directory or plan.experiment_dir} yet;"
-                " training starts from scratch"
-            )
-        self.plan = plan
-        if not fitting:
-            if self.origin is not None:
-                rank_zero_info(describe_origin(self.origin, str(plan.ckpt_path)))
-            return plan.directory or plan.experiment_dir, []
-        directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
-        if plan.resumed:
-            rank_zero_info(f"Resuming run {directory} from {plan.ckpt_path}")
-        self.record = RunRecord(directory, writer)
-        if writer and not (directory / "config.yaml").exists():
-            # Written once, by the fit that creates the run, naming the run: `fit -c <run>/config.yaml
-            # --ckpt_path last` resumes exactly this one. Other commands and resumes leave it as it is.
-            self.config[subcommand]["run"]["name"] = directory.name
-            self._parser(subcommand).save(
-                self.config[subcommand], directory / "config.yaml", skip_none=False, overwrite=False
-            )
-        saved = (directory / "config.yaml").read_text() if (directory / "config.yaml").is_file() else ""
-        return directory, [Provenance(self.record, saved)]
-
-    def _logger(self, directory: Path) -> list[Logger] | bool:
-        # Only `fit` logs: evaluating a checkpoint writes no events into its run (their steps would restart
-        # at 0 on the run's curves); the metrics are printed as a table. Objects built without a subcommand
-        # (`run=False`, for a `fit` called in code) log into the named run or the experiment folder.
-        if self.subcommand is not None and self.record is None:
-            return False
-        logged = None
-        if self.plan is not None and self.plan.resumed and self.origin is not None:
-            logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
-        # A resumed run continues its curves: each tracker starts after the checkpoint's last logged step.
-        purge, built = None if logged is None else logged + 1, self._get(self.config_init, "trainer")["logger"]
-        return in_run(self._get(self.config, "trainer")["logger"], built, directory, self.record, purge)
-
-    def _start_session(self, trainer: pl.Trainer, record: RunRecord) -> None:
-        config = self.config[self.subcommand]
-        seed = config.get("seed_everything")
-        seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
-        record.start_session(trainer, self.command, seed, self.config_init[self.subcommand].get("ckpt_path"))
+        """Removes the run directory this command created (nothing ran in it)."""
+        if (session := getattr(self, "session", None)) is not None:
+            session.discard()
 
     def _run_subcommand(self, subcommand: str) -> None:
         """LightningCLI's runner, with the stop signals handled (``safety/signals.py``) and the end of the run's session
@@ -249,23 +181,14 @@ class ProjectCLI(LightningCLI):
                             files.restore()
                         self._discard_new_run()
                     self._refuse(error)
-                if self.record is not None:
-                    self.record.end_session(error)
+                self.session.end(error)
                 raise
-        if self.record is not None:
-            self.record.end_session(None)
+        self.session.end(None)
 
 
 def refusal(error: BaseException) -> str:
     """The ``error:`` line's text for a refused value: which key holds it, and why."""
     return describe(error, {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"})
-
-
-def is_global_zero_process() -> bool:
-    """Whether this process will be global rank 0, known before any process group exists (from the launcher's
-    environment: torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Lightning's ``LOCAL_RANK`` and ``NODE_RANK``)."""
-    node = os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
-    return rank_zero_only.rank == 0 and node == "0"
 
 
 def interactive() -> bool:
@@ -313,37 +236,3 @@ def build_cli(args: ArgsType = None, run: bool = True, cli_class: Callable[..., 
         args=args,
         run=run,
     )
-
-
-def main(args: ArgsType = None) -> None:
-    """Entry point of the console script and of ``python -m``.
-
-    Exit codes, each failure with one ``error:`` line:
-
-    - 0: done.
-    - 1: training stopped: bad data, non-finite numbers, or a checkpoint that cannot be written (what was saved
-      before is intact).
-    - 2: bad input: command line, config file, a value a class refuses, a task missing a method the
-      subcommand needs, a checkpoint that cannot be used. Nothing is written (see ``bad_input.py``).
-    - 130: interrupted (Ctrl-C; ``fit`` finished the optimizer step and saved ``last.ckpt``).
-    - 143: preempted (SIGTERM; ``fit`` saved ``last.ckpt``: rerun with ``--ckpt_path last``).
-
-    ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config. Neither is
-    ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
-    config (``<package> search --help``; needs the ``search`` extra).
-    """
-    argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-    if argv[:1] == ["search"]:
-        from ..search import main as search
-
-        search(argv[1:])
-        return
-    try:
-        if argv[:1] == ["runs"]:
-            auto_cli(list_runs, args=argv[1:], prog=f"{__package__.split('.')[0]} runs")
-            return
-        build_cli(args)
-    except (InvalidDataError, NonFiniteError, CheckpointWriteError) as error:
-        sys.exit(f"error: {error}")
-    except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
-        sys.exit(INTERRUPTED_EXIT_CODE)

@@ -1,0 +1,126 @@
+"""A command's run session: which run folder it works in, the checkpoint it loads, and its record there.
+
+``fit`` creates a run folder (or continues one: ``runs.plan_run`` decides), writes its ``config.yaml`` once,
+and records a session in ``provenance.yaml`` from start to end; ``validate``, ``test``, ``predict`` and the kit's
+subcommands only read a run. Every check comes first: a bad checkpoint or a run that would be overwritten exits 2
+with every file untouched, and a command refused before it trained takes its new run folder back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from jsonargparse import ArgumentParser, Namespace
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+
+from ..safety.checkpoints import check_checkpoint, read_checkpoint
+from .provenance import Provenance, RunRecord, describe_origin
+from .runs import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
+from .trackers import in_run
+
+
+@dataclass
+class RunSession:
+    """The run a command works on (see the module); built once the model exists, before the Trainer."""
+
+    subcommand: str | None
+    plan: RunPlan | None = None
+    record: RunRecord | None = None  # set for `fit` only: the run it writes
+    origin: dict[str, Any] | None = None  # epoch, step and provenance of the checkpoint it loads
+    directory: Path = field(default_factory=Path)
+
+    def prepare(
+        self, run: RunDirectory, trainer_config: dict[str, Any], ckpt_path: str | None, model: pl.LightningModule
+    ) -> str | None:
+        """Decides the run folder and the checkpoint, creates the folder for ``fit``; returns the checkpoint to load.
+
+        Raises ``ValueError`` for a checkpoint that cannot be used or a run that would be overwritten. Only the
+        process of global rank 0 creates a run (the one Lightning's DDP launcher starts the others from): other
+        processes get its directory through ``trainer.log_dir``, which Lightning broadcasts.
+        """
+        # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
+        fitting = self.subcommand == "fit" and not trainer_config.get("fast_dev_run")
+        writer = is_global_zero_process()
+        plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
+        if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
+            check_checkpoint(plan.ckpt_path, model)
+            loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
+            self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
+        if ckpt_path == "last" and fitting and plan.ckpt_path is None:
+            rank_zero_info(
+                f"--ckpt_path last: nothing to resume in {plan.directory or plan.experiment_dir} yet;"
+                " training starts from scratch"
+            )
+        self.plan = plan
+        if not fitting:
+            if self.origin is not None:
+                rank_zero_info(describe_origin(self.origin, str(plan.ckpt_path)))
+            self.directory = plan.directory or plan.experiment_dir
+            return plan.ckpt_path
+        self.directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
+        if plan.resumed:
+            rank_zero_info(f"Resuming run {self.directory} from {plan.ckpt_path}")
+        self.record = RunRecord(self.directory, writer)
+        return plan.ckpt_path
+
+    def save_config(self, parser: ArgumentParser, config: Namespace) -> list[pl.Callback]:
+        """Writes the run's ``config.yaml`` if this fit created the run; returns the callbacks that record it."""
+        if self.record is None:
+            return []
+        path = self.directory / "config.yaml"
+        if self.record.writer and not path.exists():
+            # Written once, by the fit that creates the run, naming the run: `fit -c <run>/config.yaml
+            # --ckpt_path last` resumes exactly this one. Other commands and resumes leave it as it is.
+            config["run"]["name"] = self.directory.name
+            parser.save(config, path, skip_none=False, overwrite=False)
+        return [Provenance(self.record, path.read_text() if path.is_file() else "")]
+
+    def loggers(self, configured: Any, built: Any) -> list[Logger] | bool:
+        """The trackers, writing where the run is; none for a command that writes no run (see ``trackers.py``).
+
+        Only ``fit`` logs: evaluating a checkpoint writes no events into its run (their steps would restart at 0
+        on the run's curves); the metrics are printed as a table. Objects built without a subcommand (``run=False``,
+        for a ``fit`` called in code) log into the named run or the experiment folder.
+        """
+        if self.subcommand is not None and self.record is None:
+            return False
+        logged = None
+        if self.plan is not None and self.plan.resumed and self.origin is not None:
+            logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
+        # A resumed run continues its curves: each tracker starts after the checkpoint's last logged step.
+        return in_run(configured, built, self.directory, self.record, None if logged is None else logged + 1)
+
+    def start(self, trainer: pl.Trainer, command: list[str], seed: object, ckpt_path: str | None) -> None:
+        """Records this session's start in the run (``fit``)."""
+        if self.record is not None:
+            seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+            self.record.start_session(trainer, command, seed, ckpt_path)
+
+    def end(self, error: BaseException | None) -> None:
+        """Records how this session ended (``None``: it finished)."""
+        if self.record is not None:
+            self.record.end_session(error)
+
+    def discard(self) -> None:
+        """Removes the run folder this command created, with the experiment folder if it is left empty."""
+        plan, record = self.plan, self.record
+        if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
+            return
+        shutil.rmtree(record.directory)
+        with contextlib.suppress(OSError):
+            os.removedirs(record.directory.parent)
+        self.record = None
+
+
+def is_global_zero_process() -> bool:
+    """Whether this process will be global rank 0, known before any process group exists (from the launcher's
+    environment: torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Lightning's ``LOCAL_RANK`` and ``NODE_RANK``)."""
+    node = os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
+    return rank_zero_only.rank == 0 and node == "0"
