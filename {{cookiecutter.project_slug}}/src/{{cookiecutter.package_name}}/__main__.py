@@ -1,6 +1,6 @@
 """``python -m`` entry point; the guard keeps it import-safe for spawn-based DataLoader workers."""
 
-from .kit.entry import main
+from .cli import main
 
 if __name__ == "__main__":
     main()

@@ -20,13 +20,13 @@ def _fixture_task() -> Iterator[None]:
     Module-scoped, so that module-scoped fixtures (a shared trained run) see it too.
     """
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(submodule("kit.command.cli").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+        patch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
         yield
 
 
 @pytest.fixture(scope="session")
 def cli() -> ModuleType:
-    return submodule("kit.entry")
+    return submodule("cli")
 
 
 @pytest.fixture

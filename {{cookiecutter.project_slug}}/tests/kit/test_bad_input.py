@@ -15,7 +15,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
-from support import refused
+from support import PACKAGE, refused, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -132,7 +132,11 @@ def test_a_save_folder_that_cannot_be_made_is_named_before_training(
     [
         (["--seed_everything=abc"], "error: seed_everything: expected bool or int; got 'abc'"),
         (["--trainer.precision=17"], "error: trainer.precision: expected one of 64, 32, 16, 'transformer-engine'"),
-        (["--best_checkpoint.mode=up"], "error: best_checkpoint.mode: Expected a typing.Literal['min', 'max']"),
+        (
+            ["--best_checkpoint.mode=up"],
+            f"error: best_checkpoint: Problem with given class_path '{PACKAGE}.kit.BestCheckpoint': mode: expected"
+            " one of 'min', 'max'; got 'up'",
+        ),
         (["--model.init_args.optimizer=adam"], "optimizer: Expected a typing.Literal['adamw', 'sgd']. Got value: adam"),
         (
             ["--model.class_path=torch.nn.Linear"],
@@ -272,5 +276,5 @@ def test_a_broken_default_config_is_named(
     cli: ModuleType, run_cli: RunCli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Path("default.yaml").write_text("trainer:\n  max_epochs: 2\n model: x\n")
-    monkeypatch.setenv(cli.DEFAULT_CONFIG_ENV, "default.yaml")
+    monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, "default.yaml")
     assert "config default.yaml, line 3, column" in refused_cli(run_cli, capsys, "fit")

@@ -46,7 +46,8 @@ def test_fit_writes_checkpoints_events_and_config(fitted: object) -> None:
 
 def test_validate_reproduces_the_best_score(fitted: object, run_cli: Callable[..., object]) -> None:
     last = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
-    (state,) = [value for key, value in last["callbacks"].items() if "'monitor': 'val/loss'" in key]
+    state = last["callbacks"]["BestCheckpoint"]
+    assert state["monitor"] == "val/loss"
     for ckpt_path in ("best", str(RUN / "checkpoints" / "best.ckpt")):
         validated = run_cli("validate", *run_dir_flags(RUN), f"--ckpt_path={ckpt_path}")
         assert validated.trainer.callback_metrics["val/loss"] == pytest.approx(float(state["best_model_score"]))

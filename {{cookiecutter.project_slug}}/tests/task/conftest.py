@@ -64,7 +64,7 @@ def classifier() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def cli() -> ModuleType:
-    return submodule("kit.entry")
+    return submodule("cli")
 
 
 @pytest.fixture

@@ -15,8 +15,10 @@ SEARCH_PRESETS = sorted(CONFIGS.glob("search/*.yaml"))
 @pytest.mark.parametrize("preset", SEARCH_PRESETS, ids=lambda path: path.stem)
 def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path) -> None:
     command = submodule("kit.search.command")
-    built = submodule("kit.command.cli").build_cli([f"--config={preset}"], run=False, cli_class=command.SearchCLI)
-    plan = command.make_plan(built.parser, built.config)  # checks every key and range, writes nothing
+    project = submodule("cli").PROJECT
+    args = [f"--config={preset}"]
+    built = submodule("kit.command.cli").build_cli(args, run=False, cli_class=command.SearchCLI, project=project)
+    plan = command.make_plan(built.parser, built.config, project)  # checks every key and range, writes nothing
     assert plan.space
     assert all(dimension.key.startswith(("model.", "data.", "trainer.")) for dimension in plan.space)
     assert (plan.metric, plan.direction) == ("val/acc", "maximize")  # the default run's best_checkpoint
@@ -26,10 +28,10 @@ def test_search_preset_checks_against_the_default_run(preset: Path, in_tmp: Path
 def test_a_choice_of_network_classes_sets_each_trial_s_class(in_tmp: Path) -> None:
     command = submodule("kit.search.command")
     networks = [f"{submodule('task.networks').__name__}.{name}" for name in ("ConvNet", "TransformerClassifier")]
-    built = submodule("kit.command.cli").build_cli(
-        ["--space", json.dumps({"model.network": {"choice": networks}})], run=False, cli_class=command.SearchCLI
-    )
-    (dimension,) = command.make_plan(built.parser, built.config).space
+    project = submodule("cli").PROJECT
+    args = ["--space", json.dumps({"model.network": {"choice": networks}})]
+    built = submodule("kit.command.cli").build_cli(args, run=False, cli_class=command.SearchCLI, project=project)
+    (dimension,) = command.make_plan(built.parser, built.config, project).space
     assert dimension.key == "model.init_args.network"  # `init_args` filled in, the class named by its node
     for network in networks:
         trial = built.parser.parse_args([dimension.flag(network)], namespace=built.config.clone())

@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _PUBLIC = {
+    "BestCheckpoint": "safety.checkpoints",
     "WarmupCosine": "parts.schedules",
     "ScheduleCallable": "parts.schedules",
     "EarlyStoppingOnBest": "parts.early_stopping",
@@ -27,6 +28,7 @@ _PUBLIC = {
     "atomic_save": "safety.checkpoint_io",
 }
 __all__ = [
+    "BestCheckpoint",
     "EarlyStoppingOnBest",
     "InvalidDataError",
     "PredictionWriter",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from .parts.early_stopping import EarlyStoppingOnBest
     from .parts.schedules import ScheduleCallable, WarmupCosine
     from .safety.checkpoint_io import atomic_save
+    from .safety.checkpoints import BestCheckpoint
     from .safety.data_checks import InvalidDataError, check_samples
     from .tools.prediction import PredictionWriter, TensorFiles
 

@@ -18,19 +18,20 @@ import sys
 from jsonargparse import auto_cli
 from lightning.pytorch.cli import ArgsType
 
-from .command.cli import DEFAULT_CONFIG_ENV, build_cli
+from .command.cli import build_cli
+from .command.project import DEFAULT_CONFIG_ENV, Project
 from .command.runs import list_runs
 from .safety.checkpoint_io import CheckpointWriteError
 from .safety.data_checks import InvalidDataError
 from .safety.nonfinite import NonFiniteError
 from .safety.signals import INTERRUPTED_EXIT_CODE
 
-__all__ = ["DEFAULT_CONFIG_ENV", "build_cli", "main"]
+__all__ = ["DEFAULT_CONFIG_ENV", "Project", "build_cli", "main"]
 PROGRAM = __package__.split(".")[0]
 
 
-def main(args: ArgsType = None) -> None:
-    """Entry point of the console script and of ``python -m``.
+def main(args: ArgsType = None, project: Project | None = None) -> None:
+    """The command line: called by the project's entry point (``src/<package>/cli.py``) with its ``project``.
 
     ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config. Neither is
     ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
@@ -40,13 +41,13 @@ def main(args: ArgsType = None) -> None:
     if argv[:1] == ["search"]:
         from .search import main as search
 
-        search(argv[1:])
+        search(argv[1:], project)
         return
     try:
         if argv[:1] == ["runs"]:
             auto_cli(list_runs, args=argv[1:], prog=f"{PROGRAM} runs")
             return
-        build_cli(args)
+        build_cli(args, project=project)
     except (InvalidDataError, NonFiniteError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")
     except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)

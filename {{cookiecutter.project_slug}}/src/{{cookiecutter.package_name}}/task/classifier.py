@@ -14,6 +14,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..kit import ScheduleCallable
+from .networks import ConvNet
 
 Batch = tuple[Tensor, Tensor]  # images (B, C, H, W) float32, labels (B,) int64
 NetworkCallable = Callable[[int, tuple[int, ...]], nn.Module]
@@ -25,7 +26,7 @@ class Classifier(pl.LightningModule):
 
     def __init__(
         self,
-        network: NetworkCallable,
+        network: NetworkCallable = ConvNet,
         num_classes: int = 10,
         input_shape: tuple[int, ...] = (1, 28, 28),
         optimizer: OptimizerCallable = torch.optim.AdamW,

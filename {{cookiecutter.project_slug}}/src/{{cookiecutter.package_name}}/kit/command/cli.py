@@ -18,7 +18,6 @@ from typing import Any, NoReturn
 import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from ..protocol import LINKED_ATTRIBUTES
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, read_checkpoint
 from ..safety.signals import STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
@@ -32,18 +31,22 @@ from .bad_input import (
     describe,
     innermost_cause,
 )
+from .project import DEFAULT_CONFIG_ENV, Project, drop_unlanded_links
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
 from .trackers import check_trackers, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
-DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"
-"""Environment variable naming the config every command starts from (empty: none); unset: ``configs/default.yaml``."""
+PACKAGE = __package__.split(".")[0]
 
 
 class ProjectCLI(LightningCLI):
-    """LightningCLI with the data's shape linked into the model, the safeguards always on, and ``--ckpt_path best``."""
+    """LightningCLI with the project's links and starting configs, the safeguards always on, and run folders."""
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        self.project = project
+        super().__init__(*args, **kwargs)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -57,23 +60,25 @@ class ProjectCLI(LightningCLI):
         return parser
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # The datamodule is the one place these numbers are set; the model follows it. jsonargparse skips a
-        # link whose source attribute or target argument does not exist (see protocol.py).
-        for name in LINKED_ATTRIBUTES:
-            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+        # The project's links (its cli.py): jsonargparse skips a link whose source attribute or target argument
+        # does not exist; `drop_unlanded_links` keeps such a value out of the checkpoint too.
+        for source, target in self.project.links.items():
+            parser.link_arguments(source, target, apply_on="instantiate")
         parser.add_class_arguments(RunDirectory, "run")
         # Always present, each configurable by its own key from presets and flags.
-        parser.add_lightning_class_args(BestCheckpoint, "best_checkpoint")
+        # `best_checkpoint: null` switches it off; its settings otherwise, or its defaults (follow the loss).
+        parser.add_subclass_arguments(BestCheckpoint, "best_checkpoint", required=False, fail_untyped=False)
+        parser.set_defaults(best_checkpoint={"class_path": f"{PACKAGE}.kit.BestCheckpoint"})
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
         self.command = [__package__.split(".")[0], *map(str, given)]  # recorded in the run's provenance
-        for path in default_config_files():  # jsonargparse would not name the file
+        for path in self.project.default_config_files(given):  # jsonargparse would not name the file
             try:
                 check_config_file(path)
             except TypeError as error:
-                parser.error(f"{error} (the default config, ${DEFAULT_CONFIG_ENV} or configs/default.yaml)")
+                parser.error(f"{error} (a config every command starts from: ${DEFAULT_CONFIG_ENV} or configs/)")
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         seed = (self.config[subcommand] if subcommand else self.config).get("seed_everything")
@@ -105,6 +110,7 @@ class ProjectCLI(LightningCLI):
             self._refuse(innermost_cause(error))
 
     def after_instantiate_classes(self) -> None:
+        drop_unlanded_links(self.project.links, {"model": self.model, "data": self.datamodule})
         try:
             check_trainer(self.trainer)
             if self.subcommand in LightningCLI.subcommands():  # the ones that write in the run directory
@@ -144,7 +150,13 @@ class ProjectCLI(LightningCLI):
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
         kwargs["logger"] = session.loggers(self._get(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
+        best = self._get(self.config_init, "best_checkpoint")
+        kwargs["callbacks"] = [
+            *as_list(config.get("callbacks")),
+            *kit_callbacks(kit_config),
+            *as_list(best),
+            *callbacks,
+        ]
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except BaseException:
@@ -196,43 +208,38 @@ def interactive() -> bool:
     return sys.stderr.isatty() and os.environ.get("CI", "").lower() in {"", "0", "false"}
 
 
-def default_config_files() -> list[str]:
-    """The config every command starts from: ``$KIT_DEFAULT_CONFIG``, else the project's ``configs/default.yaml``.
-
-    Found next to the package (a wheel carries it as ``<package>/configs``) or in the source tree.
-    """
-    if (configured := os.environ.get(DEFAULT_CONFIG_ENV)) is not None:
-        return [configured] if configured else []
-    package = Path(__file__).resolve().parents[2]
-    for folder in (package / "configs", package.parents[1] / "configs"):
-        if (folder / "default.yaml").is_file():
-            return [str(folder / "default.yaml")]
-    return []
-
-
-def build_cli(args: ArgsType = None, run: bool = True, cli_class: Callable[..., ProjectCLI] = ProjectCLI) -> ProjectCLI:
+def build_cli(
+    args: ArgsType = None,
+    run: bool = True,
+    cli_class: Callable[..., ProjectCLI] = ProjectCLI,
+    project: Project | None = None,
+) -> ProjectCLI:
     """Parses ``args`` (default: ``sys.argv``) and, with ``run``, executes the subcommand.
 
     ``cli_class``: ``ProjectCLI`` or a subclass with the same settings (``search`` parses and runs trials with its own).
+    ``project``: the project's links and starting configs (its ``cli.py``); none: no links, only ``default.yaml``.
     """
+    project = project or Project()
+    given = sys.argv[1:] if args is None else [str(arg) for arg in args] if isinstance(args, (list, tuple)) else []
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
-    settings = {"allow_abbrev": False, "default_config_files": default_config_files()}
+    settings = {"allow_abbrev": False, "default_config_files": project.default_config_files(given)}
     # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
     epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
     main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0], "epilog": epilog} if run else settings
     return cli_class(
         pl.LightningModule,
-        pl.LightningDataModule,
+        None,  # any LightningDataModule, or none (`--data null`): a module that brings its own loaders
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_class=ProjectTrainer,
         parser_class=OneLineErrorParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
-        auto_configure_optimizers=False,
+        auto_configure_optimizers=True,  # `--optimizer Adam --lr_scheduler StepLR`, as Lightning's CLI docs show
         save_config_callback=None,  # the run's config is written once, by the fit that creates the run
         parser_kwargs={**main_parser, **{name: dict(settings) for name in ProjectCLI.subcommands()}},
         args=args,
         run=run,
+        project=project,
     )

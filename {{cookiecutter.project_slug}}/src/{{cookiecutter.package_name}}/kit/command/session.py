@@ -25,6 +25,9 @@ from .provenance import Provenance, RunRecord, describe_origin
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .trackers import in_run
 
+FIT_ONLY = ("ckpt_path", "weights_only")
+"""``fit``'s own arguments, left out of a run's ``config.yaml``: the other subcommands refuse them."""
+
 
 @dataclass
 class RunSession:
@@ -78,7 +81,10 @@ class RunSession:
         if self.record.writer and not path.exists():
             # Written once, by the fit that creates the run, naming the run: `fit -c <run>/config.yaml
             # --ckpt_path last` resumes exactly this one. Other commands and resumes leave it as it is.
+            config = config.clone()
             config["run"]["name"] = self.directory.name
+            for key in FIT_ONLY:  # so that every subcommand (validate, export, lr_find, ...) reads this file
+                config.pop(key, None)
             parser.save(config, path, skip_none=False, overwrite=False)
         return [Provenance(self.record, path.read_text() if path.is_file() else "")]
 

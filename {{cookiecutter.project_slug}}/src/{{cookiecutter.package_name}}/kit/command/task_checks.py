@@ -152,6 +152,8 @@ def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:
     """``(key, metric)`` of each callback that keeps checkpoints or stops the run by a logged metric."""
     found = []
     for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        if isinstance(callback, BestCheckpoint) and callback.follows_loss:
+            continue  # follows whatever validation loss is logged, or switches itself off
         if isinstance(callback, (ModelCheckpoint, EarlyStopping)) and callback.monitor:
             key = f"trainer.callbacks: {type(callback).__name__}.monitor"
             found.append(("best_checkpoint.monitor" if isinstance(callback, BestCheckpoint) else key, callback.monitor))

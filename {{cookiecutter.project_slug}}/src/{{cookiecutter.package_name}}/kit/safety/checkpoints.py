@@ -18,6 +18,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..command.bad_input import plain
 from .boundaries import StepBoundary
@@ -37,20 +38,89 @@ def checkpoint_dir(trainer: pl.Trainer) -> Path:
 class BestCheckpoint(ModelCheckpoint):
     """``checkpoints/best.ckpt``: the weights with the best value of the monitored metric so far.
 
-    Lightning's ``ModelCheckpoint`` with the two settings a run chooses; the file name is fixed, so
-    ``--ckpt_path best`` finds it.
+    Lightning's ``ModelCheckpoint`` with the settings a run chooses; the file name is fixed, so ``--ckpt_path best``
+    finds it. Without a ``monitor`` it follows the model's validation loss (``val/loss``, or the one validation
+    metric named ``...loss``) once the first validation has logged it; a model that logs none gets no best.ckpt,
+    and one line says so. ``--best_checkpoint null`` switches it off.
     """
 
-    def __init__(self, monitor: str = "val/loss", mode: Literal["min", "max"] = "min") -> None:
+    def __init__(self, monitor: str | None = None, mode: Literal["min", "max"] | None = None) -> None:
         """Configures what "best" means.
 
         Args:
-            monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``).
-            mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy).
+            monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``); ``null``: the validation loss
+                the model logs, if it logs one.
+            mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy); ``null``: ``max`` for a
+                metric named like an accuracy or a score (acc, f1, auroc, precision, iou, dice, map), else ``min``.
         """
-        if not monitor:
-            raise ValueError("monitor must name a logged metric, e.g. val/loss")
-        super().__init__(monitor=monitor, mode=mode, filename=BEST, save_top_k=1, enable_version_counter=False)
+        if monitor == "":
+            raise ValueError("monitor must name a logged metric (e.g. val/loss), or be null")
+        super().__init__(
+            monitor=monitor,
+            mode=mode or guessed_mode(monitor),
+            filename=BEST,
+            save_top_k=1,
+            enable_version_counter=False,
+        )
+        self.follows_loss = monitor is None  # the monitor is chosen from what the first validation logs
+        self.given_mode = mode
+
+    @property
+    def state_key(self) -> str:
+        # Fixed, so the state of a run whose monitor was chosen later is found again on resume.
+        return type(self).__qualname__
+
+    def choose_monitor(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Follows the validation loss the model logs, or switches off with one line (once, when nothing is chosen)."""
+        if not self.follows_loss or self.monitor is not None:
+            return
+        logged = sorted(key for key in trainer.callback_metrics if is_validation_name(key))
+        losses = [key for key in logged if key.rsplit("/", 1)[-1].removeprefix("val_").endswith("loss")]
+        chosen = "val/loss" if "val/loss" in logged else losses[0] if len(losses) == 1 else None
+        if chosen is None:
+            self.follows_loss, self.save_top_k = False, 0
+            rank_zero_info(
+                f"best_checkpoint: {type(pl_module).__name__} logs no validation loss"
+                f" ({', '.join(logged) or 'no validation metric'}): no best.ckpt; name one with"
+                " --best_checkpoint.monitor, or switch it off with --best_checkpoint null"
+            )
+            return
+        self.monitor, self.mode = chosen, self.given_mode or guessed_mode(chosen)
+        self._set_mode(self.mode)
+        rank_zero_info(f"best_checkpoint: follows {chosen} ({self.mode}); name another with --best_checkpoint.monitor")
+
+    def _set_mode(self, mode: str) -> None:
+        # What ModelCheckpoint's constructor does with `mode`, for a monitor chosen after it.
+        self.mode, self.kth_value = mode, torch.full((), torch.inf if mode == "min" else -torch.inf)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.choose_monitor(trainer, pl_module)
+        super().on_validation_end(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking is False and self.follows_loss and self.monitor is None:
+            self.choose_monitor(trainer, pl_module)
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "mode": self.mode, "follows_loss": self.follows_loss}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.follows_loss and self.monitor is None and state_dict.get("monitor"):
+            self.monitor = state_dict["monitor"]  # chosen by the session that wrote the checkpoint
+            self._set_mode(state_dict.get("mode") or guessed_mode(self.monitor))
+        super().load_state_dict(state_dict)
+
+
+def guessed_mode(monitor: str | None) -> Literal["min", "max"]:
+    """``max`` for a metric named like an accuracy or a score, ``min`` otherwise (a loss, an error)."""
+    name = (monitor or "").rsplit("/", 1)[-1].lower()
+    return "max" if re.search(r"acc|f1|auroc|auc|precision|recall|iou|dice|map|score", name) else "min"
+
+
+def is_validation_name(name: str) -> bool:
+    """Whether ``name`` reads as a validation metric: ``val/loss``, ``val_acc``, ``valid/...``, ``validation/...``."""
+    return name.split("/")[0].split("_")[0] in {"val", "valid", "validation"}
 
 
 class LastCheckpoint(StepBoundary, Checkpoint):

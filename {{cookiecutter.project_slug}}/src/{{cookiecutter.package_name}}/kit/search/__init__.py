@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from ..command.project import Project
 
-def main(args: list[str]) -> None:
+
+def main(args: list[str], project: Project | None = None) -> None:
     """Runs ``<package> search *args`` and exits with its code."""
     if importlib.util.find_spec("optuna") is None:
         print(
@@ -24,4 +26,4 @@ def main(args: list[str]) -> None:
         sys.exit(2)
     from .command import main as search
 
-    search(args)
+    search(args, project or Project())

@@ -31,7 +31,9 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
+from ..command.project import Project
 from ..command.trackers import PARENT_RUN_ENV
+from ..safety.checkpoints import guessed_mode
 from ..safety.signals import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
@@ -110,12 +112,12 @@ class SearchCLI(ProjectCLI):
         """Nothing to check: each trial's ``fit`` checks its own objects."""
 
 
-def main(args: list[str]) -> None:
+def main(args: list[str], project: Project) -> None:
     """Runs ``search`` and exits: 0 done, 2 bad config or space, 130 Ctrl-C, 143 SIGTERM (rerun to continue)."""
     quiet()
-    cli = build_cli(args, run=False, cli_class=SearchCLI)
+    cli = build_cli(args, run=False, cli_class=SearchCLI, project=project)
     try:
-        plan = make_plan(cli.parser, cli.config)
+        plan = make_plan(cli.parser, cli.config, project)
         base = _fit_config(cli.parser, cli.config)
         study, storage = _start_study(plan, base)
         parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
@@ -141,15 +143,18 @@ def main(args: list[str]) -> None:
     sys.exit(code)
 
 
-def make_plan(parser: LightningArgumentParser, config: Namespace) -> Plan:
+def make_plan(parser: LightningArgumentParser, config: Namespace, project: Project) -> Plan:
     """Checks the settings, the metric and every key and range of the space against the config; writes nothing."""
     settings = SearchSettings(**{name: config[name] for name in SETTINGS})
-    monitor = config.best_checkpoint
-    metric, direction = settings.metric or monitor.monitor, settings.direction
+    best = config.best_checkpoint.init_args if config.best_checkpoint else None
+    monitor = (best.monitor or "val/loss") if best is not None else None  # `best_checkpoint`'s, or the loss it follows
+    metric, direction = settings.metric or monitor, settings.direction
+    if metric is None:
+        raise ValueError("--metric: name the logged metric to optimize (best_checkpoint is off, so it names none)")
     if direction is None:
-        if metric != monitor.monitor:
+        if metric != monitor:
             raise ValueError(f"--direction: say `minimize` or `maximize` for --metric {metric}")
-        direction = "maximize" if monitor.mode == "max" else "minimize"
+        direction = "maximize" if (best.mode or guessed_mode(metric)) == "max" else "minimize"
     fit_keys = [key for key in config.keys() if key.split(".")[0] not in SETTINGS]  # noqa: SIM118 (flattened keys)
     space = build_space(settings.space, fit_keys, lambda key, value: _refusal(parser, config, key, value))
     name = config.run.name or "search"
@@ -166,6 +171,7 @@ def make_plan(parser: LightningArgumentParser, config: Namespace) -> Plan:
         heartbeat_interval=settings.heartbeat_interval,
         grace_period=settings.grace_period,
         optuna_config={"sampler": _plain(settings.sampler), "pruner": _plain(settings.pruner)},
+        project=project,
     )
 
 

@@ -19,6 +19,7 @@ import lightning.pytorch as pl
 
 from ..command.bad_input import BadInputError
 from ..command.cli import ProjectCLI, build_cli, refusal
+from ..command.project import Project
 from .monitor import TrialMonitor
 
 
@@ -60,7 +61,7 @@ def trial_dir(search_dir: Path, number: int) -> Path:
     return search_dir / f"trial-{number:03d}"
 
 
-def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: TrialMonitor) -> None:
+def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: TrialMonitor, project: Project) -> None:
     """Runs ``fit -c base_config *flags`` into ``run_dir`` (from its ``last.ckpt`` if it has one: a retried
     trial), output to ``run_dir/fit.log``."""
     args = [
@@ -78,7 +79,7 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: Trial
     try:
         with output_to(log):
             print(" ".join(args), flush=True)
-            build_cli(args, cli_class=partial(TrialCLI, monitor=monitor))
+            build_cli(args, cli_class=partial(TrialCLI, monitor=monitor), project=project)
     except SystemExit as stopped:
         if stopped.code != 2:
             raise

@@ -27,6 +27,7 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.trial import TrialState
 
+from ..command.project import Project
 from ..safety.data_checks import InvalidDataError
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted
@@ -52,6 +53,7 @@ class Plan:
     heartbeat_interval: int
     grace_period: int
     optuna_config: dict[str, Any]  # `sampler` and `pruner` as given (class paths), built in each worker
+    project: Project  # the project's links and starting configs, for each trial's `fit`
 
     def open_study(self) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
         """The study (created by the first worker to get here) with this worker's own sampler and pruner."""
@@ -169,7 +171,7 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
     try:
         flags = [dimension.flag(values[dimension.key]) for dimension in plan.space]
         with storages.heartbeat(storage, trial._trial_id):
-            fit_trial(plan.base_config, flags, run_dir, monitor)
+            fit_trial(plan.base_config, flags, run_dir, monitor, plan.project)
     except NonFiniteError as error:  # this configuration diverges: a result, not a fault of the search
         study.tell(trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: {error}", flush=True)
