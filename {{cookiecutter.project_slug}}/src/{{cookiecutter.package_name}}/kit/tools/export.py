@@ -51,15 +51,22 @@ def export_dir(checkpoint: Path) -> Path:
 
 
 def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule | None, max_samples: int) -> Tensor:
-    """Inputs to trace and check with: the start of the first predict batch (its first element if a tuple), or
-    the model's ``example_input_array`` when the data has no ``predict_dataloader``."""
+    """Inputs to trace and check with: up to ``max_samples`` samples of the first predict batches (their first
+    element if tuples), or the model's ``example_input_array`` when the data has no ``predict_dataloader``."""
     if datamodule is not None and is_overridden("predict_dataloader", datamodule):
         datamodule.prepare_data()
         datamodule.setup("predict")
-        batch = next(iter(datamodule.predict_dataloader()))
+        parts, count = [], 0
+        for batch in datamodule.predict_dataloader():  # a loader of batch size 1 still gives a batch of several
+            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
+            parts.append(inputs)
+            count += len(inputs)
+            if count >= max_samples:
+                break
+        inputs = torch.cat(parts) if parts else torch.empty(0)
     else:
         batch = model.example_input_array
-    inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
+        inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
     if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
         raise ValueError(f"the example input batch has {len(inputs)} sample(s): export needs at least 2")

@@ -1,0 +1,121 @@
+"""Code nobody here wrote runs with every guarantee: Lightning's demo classes and code in other templates' styles.
+
+Each case trains as it is (nothing of the kit subclassed), resumes bit-exactly after a SIGTERM mid-epoch, is
+listed by ``runs``, and is validated from its ``best``, its ``last`` and a checkpoint file, each command reading
+the run's own ``config.yaml``. What the kit needs and a class does not give (no validation metric, no
+``validation_step``) is one line, never a traceback. The README's table of foreign code comes from here.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from faults import fault
+from support import TESTS, assert_identical, refused, run_dir_flags, submodule
+
+DEMOS = "lightning.pytorch.demos"
+LIMITS = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=4"]
+CASES: dict[str, list[str]] = {
+    "BoringModel": [f"--model={DEMOS}.BoringModel", f"--data={DEMOS}.BoringDataModule", *LIMITS],
+    "DemoModel": [f"--model={DEMOS}.DemoModel", f"--data={DEMOS}.BoringDataModule", *LIMITS],
+    # Its own loader of WikiText2, read from ./data/wikitext-2.txt (written by the test: a tiny corpus).
+    "LightningTransformer": [f"--model={DEMOS}.LightningTransformer", "--model.vocab_size=32", "--data=null", *LIMITS],
+    "hydra-style": [
+        "--model=foreign.HydraStyleModule",
+        "--model.scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau",
+        "--model.scheduler.patience=0",
+        "--data=foreign.HydraStyleData",
+        "--trainer.max_epochs=3",
+    ],
+    "no-configure_optimizers": [
+        "--model=foreign.BringsItsOwn",
+        "--data=null",
+        "--optimizer=torch.optim.Adam",
+        "--optimizer.lr=0.01",
+        "--lr_scheduler=torch.optim.lr_scheduler.StepLR",
+        "--lr_scheduler.step_size=1",
+        "--trainer.max_epochs=2",
+    ],
+}
+# What `validate` and `export` make of each case's run: True, or the one `error:` line's text (the README's table).
+VALIDATE = {
+    "BoringModel": True,  # it validates, but logs no metric: it has no best.ckpt, and one line says so at fit
+    "DemoModel": "model: DemoModel has no validation_step(), which `validate` needs",
+    "LightningTransformer": "model: LightningTransformer has no validation_step(), which `validate` needs",
+    "hydra-style": True,
+    "no-configure_optimizers": True,
+}
+EXPORT = {
+    "BoringModel": True,
+    "DemoModel": True,
+    "LightningTransformer": "data: LightningTransformer has no predict_dataloader() and model: LightningTransformer no"
+    " example_input_array: `export` needs one of them for an input batch to trace",
+    "hydra-style": True,
+    "no-configure_optimizers": "data: BringsItsOwn has no predict_dataloader() and model: BringsItsOwn no"
+    " example_input_array: `export` needs one of them for an input batch to trace",
+}
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+CORPUS = " ".join(f"w{i % 30}" for i in range(4000))  # 30 words: within the model's vocabulary of 32
+
+
+@pytest.fixture(autouse=True)
+def _no_task_config(monkeypatch: pytest.MonkeyPatch, in_tmp: Path) -> None:
+    """Commands start from the Trainer settings of the kit's tests only: no model, data or metric of theirs."""
+    monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "foreign.yaml"))
+    (in_tmp / "data").mkdir()
+    (in_tmp / "data" / "wikitext-2.txt").write_text(CORPUS)
+
+
+def fit(cli: ModuleType, run: Path, *args: str) -> int:
+    try:
+        cli.build_cli(["fit", *run_dir_flags(run), *args])
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def last(run: Path) -> dict[str, Any]:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_foreign_code_fits_resumes_exactly_is_listed_validated_and_exported(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    args = CASES[case]
+    straight, stopped = Path("runs/foreign/straight"), Path("runs/foreign/stopped")
+    assert fit(cli, straight, *args) == 0
+    assert fit(cli, stopped, *args, fault("SignalAtStep", step=3, signum=int(signal.SIGTERM))) == 143
+    assert last(stopped)["global_step"] == 3
+    assert fit(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
+    expected, resumed = last(straight), last(stopped)
+    for key in EXACT:
+        assert_identical(resumed[key], expected[key], key)
+    capsys.readouterr()
+    cli.main(["runs"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert {row[1]: row[4] for row in rows} == {"straight": "finished", "stopped": "finished"}
+
+    # Every other command reads the run's own config.yaml; a checkpoint by alias or by file.
+    config = ["--config", str(straight / "config.yaml")]
+    ckpts = ["last", str(straight / "checkpoints" / "last.ckpt")]
+    ckpts += ["best"] if (straight / "checkpoints" / "best.ckpt").is_file() else []
+    for ckpt_path in ckpts:
+        if VALIDATE[case] is True:
+            validated = cli.build_cli(["validate", *config, f"--ckpt_path={ckpt_path}"])
+            assert validated.trainer.state.finished
+        else:
+            assert refused(capsys, lambda c=ckpt_path: cli.main(["validate", *config, f"--ckpt_path={c}"])) == (
+                f"error: {VALIDATE[case]}"
+            )
+    export = ["export", *config, "--ckpt_path=last", "--formats=[torch_export]", "--output_dir=exported"]
+    if EXPORT[case] is True:
+        cli.build_cli(export)
+        assert Path("exported/model.pt2").is_file()
+    else:
+        assert refused(capsys, lambda: cli.main(export)) == f"error: {EXPORT[case]}"
