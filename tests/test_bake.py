@@ -113,6 +113,7 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/search/tracking.py",
     "src/{pkg}/kit/search/trial.py",
     "src/{pkg}/kit/search/worker.py",
+    "src/{pkg}/kit/text.py",
     "src/{pkg}/kit/tools/__init__.py",
     "src/{pkg}/kit/tools/export.py",
     "src/{pkg}/kit/tools/finders.py",

@@ -37,7 +37,10 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser
 
+from ..safety.checkpoints import read_checkpoint
 from ..safety.data_checks import InvalidDataError
+from ..text import plain
+from .project import DEFAULT_CONFIG_ENV
 
 
 class BadInputError(ValueError):
@@ -55,13 +58,6 @@ OWNERS: tuple[tuple[str, type], ...] = (
     ("trainer.callbacks", Callback),
     ("trainer", pl.Trainer),
 )
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def plain(text: str) -> str:
-    """``text`` without terminal colour codes (torch and Lightning put some in their messages)."""
-    return _ANSI.sub("", text)
 
 
 def condense(message: str) -> str:
@@ -147,6 +143,33 @@ def _owner_frame(traceback: TracebackType | None, keys: dict[type, str]) -> tupl
             owner = frame.f_locals.get("self")
             if isinstance(owner, cls):
                 return key, type(owner), frame.f_code.co_name, f"{Path(frame.f_code.co_filename).name}:{line}"
+    return None
+
+
+def refused_parse(config: Any) -> str | None:
+    """What the parsed ``config`` of a subcommand has that cannot work, or ``None``: a seed out of range (Lightning
+    raises a traceback), or a ``ckpt_path`` file that is broken or unsafe (LightningCLI reads a checkpoint file's
+    hyperparameters right after parsing)."""
+    seed = config.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:
+        return f"seed_everything must be in [0, {2**32 - 1}] (true: a random seed, false: none), got {seed}"
+    ckpt_path = config.get("ckpt_path")
+    if isinstance(ckpt_path, str) and Path(ckpt_path).is_file():
+        try:
+            read_checkpoint(ckpt_path)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def refused_config_files(paths: Iterable[str]) -> str | None:
+    """The first of the configs every command starts from that is not a YAML mapping, or ``None`` (jsonargparse
+    would not name the file)."""
+    for path in paths:
+        try:
+            check_config_file(path)
+        except TypeError as error:
+            return f"{error} (a config every command starts from: ${DEFAULT_CONFIG_ENV} or configs/)"
     return None
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, read_checkpoint
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.signals import STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
@@ -27,11 +26,12 @@ from .bad_input import (
     OneLineErrorParser,
     RunFiles,
     SetupPhase,
-    check_config_file,
     describe,
     innermost_cause,
+    refused_config_files,
+    refused_parse,
 )
-from .project import DEFAULT_CONFIG_ENV, Project, drop_unlanded_links
+from .project import Project, drop_unlanded_links
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
@@ -73,25 +73,13 @@ class ProjectCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
-        self.command = [__package__.split(".")[0], *map(str, given)]  # recorded in the run's provenance
-        for path in self.project.default_config_files(given):  # jsonargparse would not name the file
-            try:
-                check_config_file(path)
-            except TypeError as error:
-                parser.error(f"{error} (a config every command starts from: ${DEFAULT_CONFIG_ENV} or configs/)")
+        self.command = [PACKAGE, *map(str, given)]  # recorded in the run's provenance
+        if problem := refused_config_files(self.project.default_config_files(given)):
+            parser.error(problem)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        seed = (self.config[subcommand] if subcommand else self.config).get("seed_everything")
-        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed < 2**32:  # Lightning's traceback
-            parser.error(f"seed_everything must be in [0, {2**32 - 1}] (true: a random seed, false: none), got {seed}")
-        # LightningCLI reads a checkpoint file's hyperparameters right after parsing: refuse a broken or
-        # unsafe file before it does, with a message instead of a traceback.
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if isinstance(ckpt_path, str) and Path(ckpt_path).is_file():
-            try:
-                read_checkpoint(ckpt_path)
-            except ValueError as error:
-                parser.error(str(error))
+        if problem := refused_parse(self.config[subcommand] if subcommand else self.config):
+            parser.error(problem)
 
     def before_instantiate_classes(self) -> None:
         if self.subcommand in (None, "fit"):  # the commands that track a run (see trackers.py)
@@ -150,13 +138,8 @@ class ProjectCLI(LightningCLI):
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
         kwargs["logger"] = session.loggers(self._get(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        best = self._get(self.config_init, "best_checkpoint")
-        kwargs["callbacks"] = [
-            *as_list(config.get("callbacks")),
-            *kit_callbacks(kit_config),
-            *as_list(best),
-            *callbacks,
-        ]
+        callbacks += as_list(self._get(self.config_init, "best_checkpoint"))  # none with `best_checkpoint: null`
+        kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except BaseException:
@@ -226,7 +209,7 @@ def build_cli(
     settings = {"allow_abbrev": False, "default_config_files": project.default_config_files(given)}
     # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
     epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
-    main_parser = {"allow_abbrev": False, "prog": __package__.split(".")[0], "epilog": epilog} if run else settings
+    main_parser = {"allow_abbrev": False, "prog": PACKAGE, "epilog": epilog} if run else settings
     return cli_class(
         pl.LightningModule,
         None,  # any LightningDataModule, or none (`--data null`): a module that brings its own loaders

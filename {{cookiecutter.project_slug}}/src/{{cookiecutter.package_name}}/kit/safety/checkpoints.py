@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..command.bad_input import plain
+from ..text import plain
 from .boundaries import StepBoundary
 from .finite import listed, nonfinite_in_checkpoint
 

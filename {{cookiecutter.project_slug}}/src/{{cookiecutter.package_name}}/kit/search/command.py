@@ -122,7 +122,8 @@ def main(args: list[str], project: Project) -> None:
         study, storage = _start_study(plan, base)
         parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
     except ValueError as error:  # SpaceError included
-        _exit_error(str(error), 2)
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
     plan.search_dir.mkdir(parents=True, exist_ok=True)
     plan.base_config.write_text(base)
     where, workers = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL, cli.config.workers
@@ -292,10 +293,5 @@ def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser
     print(f"best trial {best.number}: {plan.metric} = {best.value:.6g}; preset: {path}", flush=True)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any) -> Any:  # a sampler or pruner as given: a class path and its arguments
     return value.as_dict() if isinstance(value, Namespace) else value
-
-
-def _exit_error(message: str, code: int) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
