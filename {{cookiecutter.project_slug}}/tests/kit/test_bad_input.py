@@ -255,8 +255,13 @@ def test_a_task_missing_what_the_subcommand_needs_is_named(
         ("trainer:\n\tmax_epochs: 2\n", "config bad.yaml, line 2, column 1: found character '\\t'"),
         ("- trainer\n- model\n", "config bad.yaml holds a list, not a mapping of keys"),
         (b"\x89PNG\r\n\x1a\n\x00\xff", "config bad.yaml is not a text file"),
+        # PyYAML keeps the last of two equal keys silently: the first setting would be lost.
+        (
+            "trainer:\n  max_epochs: 2\n  devices: 1\n  max_epochs: 3\n",
+            "config bad.yaml, line 4, column 3: duplicate key 'max_epochs' (first at line 2)",
+        ),
     ],
-    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary"],
+    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary", "duplicate-key"],
 )
 def test_a_bad_config_file_is_named_with_the_line(
     run_cli: RunCli, capsys: pytest.CaptureFixture[str], content: str | bytes, message: str
