@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 import fixture_task
 import lightning.pytorch as pl
@@ -139,6 +145,34 @@ def test_a_checkpoint_of_another_architecture_names_the_keys_and_shapes(
         "missing (2): net.1.bias, net.1.weight; unexpected (4): net.0.bias, net.0.weight, net.3.bias, net.3.weight"
         in line
     )
+
+
+def _save_on_a_full_disk(path: Path, result: Any) -> None:
+    """Child process: a file size limit makes writes fail as a full disk does (EFBIG instead of ENOSPC)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+    try:
+        checkpoint_io.atomic_save({"state_dict": {"weight": torch.randn(100_000)}}, path)  # 400 kB
+    except BaseException as error:  # noqa: BLE001 (the parent checks what it is)
+        result.put((type(error).__name__, str(error)))
+    else:
+        result.put(("", ""))
+
+
+@pytest.mark.skipif(resource is None, reason="needs POSIX resource limits")
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    fork = multiprocessing.get_context("fork")
+    result = fork.Queue()
+    child = fork.Process(target=_save_on_a_full_disk, args=(path, result))
+    child.start()
+    name, message = result.get(timeout=60)
+    child.join()
+    # torch.save reports the failed write as RuntimeError("[enforce fail at inline_container.cc:...] unexpected pos").
+    assert name == "CheckpointWriteError", (name, message)
+    assert message == f"cannot write checkpoint {path}: [Errno 27] File too large"
+    assert not path.exists()
+    assert list(path.parent.iterdir()) == []  # no temporary file left
 
 
 class ReplaceCheckpointFolder(pl.Callback):

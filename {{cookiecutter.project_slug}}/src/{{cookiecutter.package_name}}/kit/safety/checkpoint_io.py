@@ -82,7 +82,24 @@ def atomic_save(obj: object, path: Path) -> None:
             partial.unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise CheckpointWriteError(f"cannot write checkpoint {path}: {error}") from error
+        if (reason := _failed_write(error)) is not None:
+            raise CheckpointWriteError(f"cannot write checkpoint {path}: {reason}") from error
         raise
+
+
+def _failed_write(error: BaseException) -> str | None:
+    """Why ``torch.save`` failed to write, if it did: its file writer reports a full disk as ``RuntimeError("[enforce
+    fail at inline_container.cc:...] unexpected pos ...")``, the ``OSError`` from the file (if any) as its context."""
+    if not isinstance(error, RuntimeError):
+        return None
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError):
+            return str(cause)
+        cause = cause.__context__
+    if "inline_container" in str(error) or "PytorchStreamWriter" in str(error):
+        return f"{str(error).strip().splitlines()[0]} (is the disk full?)"
+    return None
 
 
 def remove_abandoned(path: Path, max_age_s: float = 24 * 3600) -> None:
