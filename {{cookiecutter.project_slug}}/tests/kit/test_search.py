@@ -147,6 +147,33 @@ def test_bad_settings_are_one_error_line_and_write_nothing(
     assert not Path("runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ("sqlit:///study.db", "error: --storage sqlit:///study.db: no database driver for 'sqlit'"),
+        ("journals", "error: --storage journals: a folder, not a journal file"),
+        ("broken.log", "error: --storage broken.log: not an Optuna journal (line 2:"),
+        (None, f"error: {SEARCH / 'study.log'}: not an Optuna journal (line 1:"),  # the search's own journal
+    ],
+    ids=["scheme", "folder", "corrupt", "corrupt-default"],
+)
+def test_a_storage_that_cannot_be_used_is_one_line_naming_it(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], storage: str | None, message: str
+) -> None:
+    Path("journals").mkdir()
+    Path("broken.log").write_text('{"op_code": 0, "worker_id": "w", "study_name": "search", "directions": [1]}\n{oops\n')
+    if storage is None:
+        SEARCH.mkdir(parents=True)
+        (SEARCH / "study.log").write_text("not json\n")
+    space = write_space(SPACE)
+    before = sorted(str(path) for path in in_tmp.rglob("*"))
+    code, _, err = search(cli, capsys, space, *([f"--storage={storage}"] if storage else []))
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(message), err[-2000:]
+    assert sorted(str(path) for path in in_tmp.rglob("*")) == before  # nothing written
+
+
 def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(
     cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
