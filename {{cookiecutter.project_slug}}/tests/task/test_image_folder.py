@@ -117,7 +117,7 @@ def test_a_corrupt_image_read_by_a_loader_worker_is_named_on_the_first_line(
     loader.dataset.samples = [sample for sample in loader.dataset.samples if sample[0] == broken] * 4
     # torch re-raises a worker's error as "Caught InvalidDataError in DataLoader worker process 0." and a traceback:
     # the command's one `error:` line would not say which file.
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match="cannot be decoded") as error:
         next(iter(loader))
     first = str(error.value).splitlines()[0]
     assert first.startswith(f"image {broken} cannot be decoded: "), first
