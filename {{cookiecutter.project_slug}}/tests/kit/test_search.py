@@ -170,7 +170,8 @@ def test_a_storage_that_cannot_be_used_is_one_line_naming_it(
     code, _, err = search(cli, capsys, space, *([f"--storage={storage}"] if storage else []))
     assert code == 2
     errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith(message), err[-2000:]
+    assert len(errors) == 1, err[-2000:]
+    assert errors[0].startswith(message), errors
     assert sorted(str(path) for path in in_tmp.rglob("*")) == before  # nothing written
 
 

@@ -112,6 +112,7 @@ class ProjectTrainer(pl.Trainer):
         early_stop_threshold: float | None = 4.0,
         lr_key: str | None = None,
         output: str | None = None,
+        overwrite: bool = False,
         width: int = 60,
         height: int = 12,
     ) -> Found:
@@ -119,7 +120,7 @@ class ProjectTrainer(pl.Trainer):
 
         Prints the loss against the LR (the suggestion marked ``o``) and the suggestion; writes
         ``<run directory>/lr_find.yaml`` (stack it: ``fit -c <configs> -c <that file>``) and, with matplotlib
-        installed, ``lr_find.png``. Nothing is trained: the model is restored after the test.
+        installed, the plot next to it (``lr_find.png``). Nothing is trained: the model is restored after the test.
 
         Args:
             model: The model, with its optimizer, from the config.
@@ -132,6 +133,7 @@ class ProjectTrainer(pl.Trainer):
             lr_key: Config key the preset sets; ``null``: the one key under ``model`` named ``lr`` or
                 ``learning_rate`` (e.g. ``model.init_args.optimizer.init_args.lr``).
             output: Path of the preset; ``null``: ``<run directory>/lr_find.yaml``.
+            overwrite: Replace the preset (and its plot) if it exists; without it the command stops and keeps them.
             width: Columns of the plot.
             height: Rows of the plot.
         """
@@ -146,6 +148,7 @@ class ProjectTrainer(pl.Trainer):
             early_stop_threshold=early_stop_threshold,
             lr_key=lr_key,
             output=output,
+            overwrite=overwrite,
             width=width,
             height=height,
         )
@@ -162,6 +165,7 @@ class ProjectTrainer(pl.Trainer):
         margin: float = 0.05,
         batch_size_key: str | None = None,
         output: str | None = None,
+        overwrite: bool = False,
     ) -> Found:
         """Finds the largest batch size whose training steps fit in memory and writes it as a preset.
 
@@ -180,6 +184,7 @@ class ProjectTrainer(pl.Trainer):
             batch_size_key: Config key the preset sets; ``null``: the one key under ``data`` named ``batch_size``
                 (e.g. ``data.init_args.batch_size``); the datamodule attribute of that name is scaled.
             output: Path of the preset; ``null``: ``<run directory>/batch_size_find.yaml``.
+            overwrite: Replace the preset if it exists; without it the command stops and keeps it.
         """
         return batch_size_find(
             self,
@@ -193,4 +198,5 @@ class ProjectTrainer(pl.Trainer):
             margin=margin,
             batch_size_key=batch_size_key,
             output=output,
+            overwrite=overwrite,
         )
