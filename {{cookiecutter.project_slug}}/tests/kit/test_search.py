@@ -161,7 +161,7 @@ def test_a_storage_that_cannot_be_used_is_one_line_naming_it(
     cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], storage: str | None, message: str
 ) -> None:
     Path("journals").mkdir()
-    Path("broken.log").write_text('{"op_code": 0, "worker_id": "w", "study_name": "search", "directions": [1]}\n{oops\n')
+    Path("broken.log").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n{oops\n')
     if storage is None:
         SEARCH.mkdir(parents=True)
         (SEARCH / "study.log").write_text("not json\n")
