@@ -24,7 +24,7 @@ import fixture_task
 import lightning.pytorch as pl
 import pytest
 import torch
-from support import refused, run_dir_flags, submodule
+from support import digest, read_only, refused, run_dir_flags, submodule
 from torch import Tensor
 
 checkpoint_io = submodule("kit.safety.checkpoint_io")
@@ -240,14 +240,38 @@ def test_export_goes_to_the_checkpoints_run_and_never_overwrites_silently(
     run = shutil.copytree(trained, tmp_path / "elsewhere" / "copy")
     args = ["export", "--formats=[torch_export]", f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"]
     run_cli(*args)  # not in the config's run directory (runs/fixture): in the run that wrote the checkpoint
-    exported = run / "export" / "model.pt2"
-    written = exported.read_bytes()
+    assert (run / "export" / "model.pt2").is_file()
     assert not Path("runs").exists()
+    (run / "export" / "model.onnx").write_bytes(b"an earlier ONNX export")
+    before = digest(run)
     line = refused_cli(run_cli, capsys, *args[:-1], f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
-    assert f"output_dir: {run / 'export'} already holds model.pt2 from an earlier export" in line
-    assert exported.read_bytes() == written
-    run_cli(*args, "--overwrite=true")
-    assert exported.is_file()
+    assert f"output_dir: {run / 'export'} already holds model.onnx, model.pt2 from an earlier export" in line
+    assert digest(run) == before
+    # The whole earlier export is replaced: no model.onnx of other weights beside the new model.pt2.
+    run_cli(*args[:-1], f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "--overwrite=true")
+    assert sorted(path.name for path in (run / "export").iterdir()) == ["model.pt2"]
+    assert sorted(path.name for path in run.iterdir() if path.name.startswith(".")) == []  # no temporary folders
+    # Files no export writes are never deleted by --overwrite.
+    (run / "export" / "notes.txt").write_text("mine")
+    before = digest(run)
+    line = refused_cli(run_cli, capsys, *args, "--overwrite=true")
+    assert line == (
+        f"error: output_dir: {run / 'export'} holds notes.txt, which no export writes: --overwrite true replaces"
+        " the whole folder; choose another --output_dir"
+    )
+    assert digest(run) == before
+
+
+def test_export_to_a_folder_that_cannot_be_written_is_one_line_naming_output_dir(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], trained: Path, tmp_path: Path
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    args = ["export", "--formats=[torch_export]", f"--ckpt_path={trained / 'checkpoints' / 'best.ckpt'}"]
+    with read_only(locked):
+        line = refused_cli(run_cli, capsys, *args, f"--output_dir={locked / 'export'}")
+    assert line == f"error: output_dir: cannot write in {locked} (permission denied)"
+    assert list(locked.iterdir()) == []
 
 
 class NoPredictLoader(fixture_task.SequenceData):
