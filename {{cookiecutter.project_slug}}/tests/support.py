@@ -113,11 +113,16 @@ def read_only(folder: Path) -> Iterator[None]:
         path.chmod(modes[path] & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     immutable = os.geteuid() == 0 if hasattr(os, "geteuid") else False  # root writes through permissions
     try:
-        if immutable and (shutil.which("chattr") is None or subprocess.run(["chattr", "-R", "+i", str(folder)]).returncode):
+        frozen = immutable and shutil.which("chattr") and not subprocess.run(["chattr", "-R", "+i", str(folder)]).returncode
+        if immutable and not frozen:
             pytest.skip("root ignores permissions, and chattr +i is not available here")
         yield
     finally:
         if immutable:
-            subprocess.run(["chattr", "-R", "-i", str(folder)], check=False)
+            _chattr("-i", folder)
         for path, mode in modes.items():
             path.chmod(mode)
+
+
+def _chattr(flag: str, folder: Path) -> bool:
+    return subprocess.run(["chattr", "-R", flag, str(folder)], check=False).returncode == 0
