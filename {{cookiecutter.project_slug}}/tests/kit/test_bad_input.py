@@ -15,7 +15,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
-from support import refused
+import yaml
+from support import refused, run_dir_flags
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -78,6 +79,23 @@ def test_a_refused_value_names_its_key_and_writes_nothing(
     line = refused_cli(run_cli, capsys, "fit", *args)
     assert all(part in line for part in expected), line
     assert files_in(in_tmp) == []  # no run directory, config or events
+
+
+@pytest.mark.parametrize("start", ["--trainer.num_sanity_val_steps=0", "--ckpt_path=last"], ids=["no-sanity", "resumed"])
+def test_a_monitor_never_logged_is_caught_at_the_first_validation_and_the_run_marked_failed(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], start: str
+) -> None:
+    run = Path("runs/fixture/unlogged")
+    short = [*run_dir_flags(run), "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
+    if start == "--ckpt_path=last":
+        run_cli("fit", *short, "--trainer.max_epochs=1")  # the resumed session records the refusal
+    # Without the sanity check, Lightning's ModelCheckpoint noticed it only when saving, with its own message; and the
+    # refused session was left without an end ("killed").
+    line = refused_cli(run_cli, capsys, "fit", *short, start, "--best_checkpoint.monitor=val/acc", "--trainer.max_epochs=3")
+    assert line == "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
+    session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
+    assert session["status"] == "failed"
+    assert session["error"] == line.replace("error: ", "BadInputError: ", 1)
 
 
 def test_in_a_process_a_refused_value_exits_2_with_one_line(

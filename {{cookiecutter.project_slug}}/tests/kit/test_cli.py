@@ -62,6 +62,16 @@ def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> Non
     assert all(batch.is_inference() and not batch.requires_grad for batch in predicted.trainer.predict_loop.predictions)
 
 
+def test_validate_without_a_checkpoint_says_it_measures_untrained_weights(
+    run_cli: Callable[..., object], lightning_log: list[str]
+) -> None:
+    run_cli("validate", "--trainer.limit_val_batches=1")
+    assert (
+        "validate: no --ckpt_path, so this measures the weights the model was built with (freshly initialised,"
+        " untrained); pass --ckpt_path best, last or a checkpoint file to measure a trained one"
+    ) in lightning_log
+
+
 def test_resume_from_saved_config(run_cli: Callable[..., object], cli: ModuleType) -> None:
     # The run crashes in its second epoch (once); the README's resume command finishes it.
     crash = fault("RaiseAtStep", step=STEPS_PER_EPOCH + 4, marker="crashed")

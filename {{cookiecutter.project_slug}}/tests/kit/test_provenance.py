@@ -45,6 +45,30 @@ def test_provenance_is_in_the_run_and_in_every_checkpoint(
     assert line.endswith(f"by `{session['command']}`")
 
 
+class Killed(BaseException):
+    """Stands for a SIGKILL: nothing after it runs in the process that would write a file."""
+
+
+def test_provenance_is_never_ahead_of_last_ckpt(
+    run_cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint_io = submodule("kit.safety.checkpoint_io")
+    save = checkpoint_io.atomic_save
+
+    def save_or_die(checkpoint: dict[str, object], path: Path) -> None:
+        if path.name == "last.ckpt" and checkpoint["global_step"] == 4:
+            raise Killed  # the process dies before the second last.ckpt is on disk
+        save(checkpoint, path)
+
+    monkeypatch.setattr(checkpoint_io, "atomic_save", save_or_die)
+    with pytest.raises(Killed):
+        run_cli("fit", *run_dir_flags(RUN), "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1")
+    saved = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
+    progress = yaml.safe_load((RUN / "provenance.yaml").read_text())["progress"]
+    # The progress was written before the checkpoint it describes: after a kill it claimed steps that no file holds.
+    assert (progress["epochs"], progress["step"]) == (1, 2) == (saved["epoch"] + 1, saved["global_step"])
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None:
     assert provenance.git_state(tmp_path) is None  # not a repository

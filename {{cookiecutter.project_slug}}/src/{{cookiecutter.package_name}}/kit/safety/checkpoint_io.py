@@ -36,7 +36,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
     the file on disk keeps its last finite state. Remote paths (``s3://...``) keep Lightning's fsspec transaction.
+    Each function in ``saved`` is called with the path once a checkpoint is on disk (``provenance.py`` writes the
+    run's progress then).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[Callable[[Path], None]] = []
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
         if bad := nonfinite_in_checkpoint(checkpoint):
@@ -46,8 +52,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             )
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        atomic_save(checkpoint, Path(path))
+        else:
+            atomic_save(checkpoint, Path(path))
+        for listener in self.saved:
+            listener(Path(path))
 
     def load_checkpoint(
         self,
