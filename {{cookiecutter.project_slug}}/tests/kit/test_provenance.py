@@ -9,11 +9,12 @@ import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 import yaml
-from support import run_dir_flags, submodule
+from support import refused, run_dir_flags, submodule
 
 provenance = submodule("kit.command.provenance")
 RUN = Path("runs/fixture/traced")
@@ -67,6 +68,62 @@ def test_provenance_is_never_ahead_of_last_ckpt(
     progress = yaml.safe_load((RUN / "provenance.yaml").read_text())["progress"]
     # The progress was written before the checkpoint it describes: after a kill it claimed steps that no file holds.
     assert (progress["epochs"], progress["step"]) == (1, 2) == (saved["epoch"] + 1, saved["global_step"])
+
+
+MALFORMED = [
+    ("sessions: oops\nprogress: [1]\n", "sessions: expected a list, got str"),
+    ("progress:\n  best: {monitor: val/loss}\nsessions: []\n", "progress.best: expected monitor and value"),
+    ("sessions: [1, 2\n", "not YAML"),
+]
+
+
+@pytest.fixture(scope="module")
+def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("trained") / "good"
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=1", "--trainer.limit_train_batches=2"])
+    return run
+
+
+@pytest.fixture
+def broken_run(trained: Path, in_tmp: Path) -> tuple[Path, Path]:
+    """A good run, and a newer copy of it whose provenance.yaml is to be broken, in ``runs/fixture``."""
+    good = Path(shutil.copytree(trained, "runs/fixture/good"))
+    return good, Path(shutil.copytree(good, good.with_name("broken")))
+
+
+@pytest.mark.parametrize(("content", "reason"), MALFORMED, ids=["sessions", "best", "yaml"])
+def test_a_malformed_record_is_named_and_never_crashes_runs_or_a_resume(
+    run_cli: Callable[..., object],
+    capsys: pytest.CaptureFixture[str],
+    broken_run: tuple[Path, Path],
+    content: str,
+    reason: str,
+) -> None:
+    _, broken = broken_run
+    record = broken / "provenance.yaml"
+    record.write_text(content)
+    runs = submodule("kit.command.runs")
+    runs.format_runs(Path("runs"))  # was: AttributeError: 'str' object has no attribute 'get'
+    err = capsys.readouterr().err
+    assert f"warning: {record}: not a provenance record ({reason}); skipped" in err
+    # Resuming it would write a new record over the one it has: refused, the file named.
+    last = broken / "checkpoints" / "last.ckpt"
+    line = refused(capsys, lambda: run_cli("fit", *run_dir_flags(broken), f"--ckpt_path={last}"))
+    assert line.startswith(f"error: {record}: not a provenance record ({reason})"), line
+    assert record.read_text() == content
+
+
+@pytest.mark.xfail(strict=True, reason="runs.py lists and resolves runs whatever their record holds (reported)")
+def test_a_run_with_a_malformed_record_is_skipped_by_runs_and_by_best_and_last(
+    run_cli: Callable[..., object], broken_run: tuple[Path, Path]
+) -> None:
+    good, broken = broken_run
+    (broken / "provenance.yaml").write_text(MALFORMED[0][0])
+    runs = submodule("kit.command.runs")
+    assert "broken" not in runs.format_runs(Path("runs"))
+    for alias in ("best", "last"):
+        validated = run_cli("validate", f"--ckpt_path={alias}", "--trainer.limit_val_batches=1")
+        assert validated.trainer.default_root_dir == str(good)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

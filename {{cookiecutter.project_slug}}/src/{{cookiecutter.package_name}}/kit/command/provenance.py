@@ -19,6 +19,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from importlib import metadata
@@ -99,12 +100,65 @@ def devices(trainer: pl.Trainer) -> dict[str, Any]:
 
 
 def read_record(run: Path) -> dict[str, Any] | None:
-    """The run's ``provenance.yaml``, or ``None`` if it has none (or an unreadable one)."""
+    """The run's ``provenance.yaml``, or ``None`` if it has none or one that is not a record (said once, on stderr)."""
+    record, problem = _load_record(run)
+    if problem is not None and (run / FILE).absolute() not in _REPORTED:
+        _REPORTED.add((run / FILE).absolute())
+        print(f"warning: {run / FILE}: not a provenance record ({problem}); skipped", file=sys.stderr, flush=True)
+    return record
+
+
+def usable_record(run: Path) -> bool:
+    """Whether ``run`` may be listed, resumed or evaluated by ``best``/``last``: its ``provenance.yaml`` is a record,
+    or it has none. A malformed one is named once on stderr and the run is skipped (see ``runs.runs``)."""
+    return read_record(run) is not None or not (run / FILE).exists()
+
+
+def record_problem(run: Path) -> str | None:
+    """Why the run's ``provenance.yaml`` is not a record (``None``: it is one, or there is none)."""
+    return _load_record(run)[1]
+
+
+_REPORTED: set[Path] = set()  # malformed records already named by this process
+
+
+def _load_record(run: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         record = yaml.safe_load((run / FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return record if isinstance(record, dict) else None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as error:
+        return None, f"unreadable: {error}"
+    except yaml.YAMLError:
+        return None, "not YAML"
+    problem = _shape_problem(record)
+    return (record, None) if problem is None else (None, problem)
+
+
+def _shape_problem(record: object) -> str | None:
+    """What in ``record`` is not shaped as ``RunRecord`` writes it: the values the readers of a record rely on."""
+
+    def kind(value: object) -> str:
+        return type(value).__name__
+
+    if not isinstance(record, dict):
+        return f"expected a mapping, got {kind(record)}"
+    sessions, progress = record.get("sessions") or [], record.get("progress") or {}
+    if not isinstance(sessions, list):
+        return f"sessions: expected a list, got {kind(sessions)}"
+    for index, session in enumerate(sessions):
+        if not isinstance(session, dict):
+            return f"sessions[{index}]: expected a mapping, got {kind(session)}"
+        if not all(isinstance(session.get(key), (str, type(None))) for key in ("started", "status", "host")):
+            return f"sessions[{index}]: started, status and host must be text"
+    if not isinstance(progress, dict):
+        return f"progress: expected a mapping, got {kind(progress)}"
+    best = progress.get("best")
+    if best is not None and not (
+        isinstance(best, dict) and isinstance(best.get("monitor"), str) and isinstance(best.get("value"), (int, float))
+    ):
+        return "progress.best: expected monitor and value"
+    return None
 
 
 def session_status(record: dict[str, Any]) -> str:
@@ -143,6 +197,10 @@ class RunRecord:
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
         self._progress: dict[str, Any] | None = None  # gathered for a checkpoint being written, not yet committed
         self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers.py)
+        if (problem := record_problem(directory)) is not None:  # never written over: it is the run's history
+            raise ValueError(
+                f"{directory / FILE}: not a provenance record ({problem}): repair it, or move the run away"
+            )
         self.data: dict[str, Any] = read_record(directory) or {
             "experiment": directory.parent.name,
             "run": directory.name,
