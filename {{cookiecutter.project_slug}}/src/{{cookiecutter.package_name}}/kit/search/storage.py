@@ -133,6 +133,19 @@ def open_storage(
     raise AssertionError("unreachable")
 
 
+def study_exists(storage: str | None, search_dir: Path, study_name: str) -> bool:
+    """Whether the storage holds the study already; reads only (a journal that does not exist is not created)."""
+    if storage is None or "://" not in storage:
+        path = Path(storage or search_dir / JOURNAL)
+        if not path.is_file():
+            return False
+        check_journal(path, f"--storage {storage}" if storage else str(path))
+        opened: optuna.storages.BaseStorage = JournalStorage(JournalFileBackend(str(path)))
+    else:
+        opened = open_storage(storage, search_dir, heartbeat_interval=10, grace_period=60)
+    return any(study.study_name == study_name for study in opened.get_all_studies())
+
+
 def check_journal(path: Path, named: str) -> None:
     """Raises ``ValueError`` naming ``path`` and the line unless it reads as an Optuna journal: one JSON object per
     line (the last line may be half-written: Optuna waits for its writer to finish it)."""
