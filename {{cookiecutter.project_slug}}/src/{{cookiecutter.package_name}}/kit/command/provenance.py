@@ -13,8 +13,10 @@ with ``torch.load(..., weights_only=True)`` and a checkpoint found on its own st
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import secrets
 import shlex
 import signal
 import socket
@@ -48,6 +50,26 @@ STATUSES = {
     "killed": "no end recorded: the process was killed",
 }
 PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
+
+
+JOB_IDS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+"""Environment variables naming the job that started this process, the same in all of its processes."""
+
+
+def drawn_seed() -> int:
+    """The seed ``seed_everything: true`` asks for: drawn at random, and the same in every process of one run.
+
+    Lightning 2.6's ``seed_everything(None)`` gives 0 (or ``$PL_GLOBAL_SEED``), whatever LightningCLI's help says
+    ("a random seed"). A process that Lightning's launcher started has its parent's seed in ``$PL_GLOBAL_SEED``; the
+    processes of a job a scheduler started (SLURM, torchrun) derive theirs from the job's id; otherwise it is new.
+    """
+    inherited = os.environ.get("PL_GLOBAL_SEED", "")
+    if inherited.isdigit() and int(inherited) < 2**32:
+        return int(inherited)
+    job = next((os.environ[name] for name in JOB_IDS if os.environ.get(name)), None)
+    if job is not None:
+        return int.from_bytes(hashlib.sha256(job.encode()).digest()[:4], "big")
+    return secrets.randbelow(2**32)
 
 
 def now() -> str:
