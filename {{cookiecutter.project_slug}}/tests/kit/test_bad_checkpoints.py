@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import shutil
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -153,7 +153,7 @@ def _save_on_a_full_disk(path: Path, result: Any) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
     try:
         checkpoint_io.atomic_save({"state_dict": {"weight": torch.randn(100_000)}}, path)  # 400 kB
-    except BaseException as error:  # noqa: BLE001 (the parent checks what it is)
+    except BaseException as error:  # the parent checks what it is
         result.put((type(error).__name__, str(error)))
     else:
         result.put(("", ""))

@@ -81,7 +81,9 @@ def test_a_refused_value_names_its_key_and_writes_nothing(
     assert files_in(in_tmp) == []  # no run directory, config or events
 
 
-@pytest.mark.parametrize("start", ["--trainer.num_sanity_val_steps=0", "--ckpt_path=last"], ids=["no-sanity", "resumed"])
+@pytest.mark.parametrize(
+    "start", ["--trainer.num_sanity_val_steps=0", "--ckpt_path=last"], ids=["no-sanity", "resumed"]
+)
 def test_a_monitor_never_logged_is_caught_at_the_first_validation_and_the_run_marked_failed(
     run_cli: RunCli, capsys: pytest.CaptureFixture[str], start: str
 ) -> None:
@@ -91,8 +93,11 @@ def test_a_monitor_never_logged_is_caught_at_the_first_validation_and_the_run_ma
         run_cli("fit", *short, "--trainer.max_epochs=1")  # the resumed session records the refusal
     # Without the sanity check, Lightning's ModelCheckpoint noticed it only when saving, with its own message; and the
     # refused session was left without an end ("killed").
-    line = refused_cli(run_cli, capsys, "fit", *short, start, "--best_checkpoint.monitor=val/acc", "--trainer.max_epochs=3")
-    assert line == "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
+    args = [*short, start, "--best_checkpoint.monitor=val/acc", "--trainer.max_epochs=3"]
+    line = refused_cli(run_cli, capsys, "fit", *args)
+    assert line == (
+        "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
+    )
     session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
     assert session["status"] == "failed"
     assert session["error"] == line.replace("error: ", "BadInputError: ", 1)

@@ -56,9 +56,7 @@ SLICE = [  # every signal, target, phase, worker setting and process count at le
 
 
 def cell_params() -> list[Any]:
-    return [
-        pytest.param(*cell, id="-".join(cell), marks=() if cell in SLICE else pytest.mark.faults) for cell in CELLS
-    ]
+    return [pytest.param(*cell, id="-".join(cell), marks=() if cell in SLICE else pytest.mark.faults) for cell in CELLS]
 
 
 def start(cwd: Path, *args: str) -> subprocess.Popen[bytes]:

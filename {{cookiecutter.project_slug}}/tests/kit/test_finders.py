@@ -94,7 +94,10 @@ def test_bad_input_exits_2_before_anything_runs(
         (["--min_lr=1", "--max_lr=0.001"], "max_lr (0.001) must be above min_lr (1): swap them"),
         (["--min_lr=0"], "min_lr must be > 0, got 0: e.g. --min_lr 1e-8"),
         (["--min_lr=-1"], "min_lr must be > 0, got -1: e.g. --min_lr 1e-8"),
-        (["--num_training=0"], "num_training must be >= 13 (the suggestion skips the first 10 steps and the last), got 0: e.g. 100"),
+        (
+            ["--num_training=0"],
+            "num_training must be >= 13 (the suggestion skips the first 10 steps and the last), got 0: e.g. 100",
+        ),
     ],
 )
 def test_bad_bounds_of_the_lr_range_test_exit_2_before_it_runs(

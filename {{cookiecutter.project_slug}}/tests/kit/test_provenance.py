@@ -145,7 +145,8 @@ def test_seed_everything_true_draws_a_seed_and_records_it(
     for name in ("a", "b"):
         monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
         run = RUN.with_name(name)
-        run_cli("fit", *run_dir_flags(run), "--seed_everything=true", "--trainer.max_epochs=1", "--trainer.limit_train_batches=1")
+        short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1"]
+        run_cli("fit", *run_dir_flags(run), "--seed_everything=true", *short)
         (session,) = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
         assert session["seed"] == int(os.environ["PL_GLOBAL_SEED"])  # the seed the run used
         assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == session["seed"]
