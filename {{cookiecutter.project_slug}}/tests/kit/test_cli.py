@@ -44,12 +44,15 @@ def test_fit_writes_checkpoints_events_and_config(fitted: object) -> None:
     assert config["trainer"]["max_epochs"] == 2
 
 
-def test_validate_reproduces_the_best_score(fitted: object, run_cli: Callable[..., object]) -> None:
+def test_validate_reproduces_the_best_score(
+    fitted: object, run_cli: Callable[..., object], lightning_log: list[str]
+) -> None:
     last = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
     (state,) = [value for key, value in last["callbacks"].items() if "'monitor': 'val/loss'" in key]
     for ckpt_path in ("best", str(RUN / "checkpoints" / "best.ckpt")):
         validated = run_cli("validate", *run_dir_flags(RUN), f"--ckpt_path={ckpt_path}")
         assert validated.trainer.callback_metrics["val/loss"] == pytest.approx(float(state["best_model_score"]))
+    assert not [line for line in lightning_log if "no --ckpt_path" in line]  # these weights are trained
 
 
 def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> None:

@@ -133,12 +133,16 @@ class StartCheck(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._monitors_checked = False
-        if stage != TrainerFn.FITTING and trainer.ckpt_path is None and trainer.global_step == 0:
-            rank_zero_info(
-                f"{TrainerFn(stage).value}: no --ckpt_path, so this measures the weights the model was built with"
-                " (freshly initialised, untrained); pass --ckpt_path best, last or a checkpoint file to measure a"
-                " trained one"
-            )
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.VALIDATING:
+            _say_if_untrained(trainer)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _say_if_untrained(trainer)
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _say_if_untrained(trainer)
 
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._check_monitors(trainer, pl_module, sum(trainer.num_sanity_val_batches))
@@ -173,6 +177,17 @@ class StartCheck(Callback):
                 f"data: {_data_name(pl_module, trainer.datamodule)}.train_dataloader() yields no batch (is the"
                 " training set smaller than one batch, with drop_last?)"
             )
+
+
+def _say_if_untrained(trainer: pl.Trainer) -> None:
+    """One line when ``validate``/``test``/``predict`` measure the weights the model was built with (no checkpoint
+    loaded, nothing trained by this trainer): the numbers are an untrained model's, which nothing else says."""
+    if trainer.ckpt_path is None and trainer.global_step == 0:  # known once the checkpoint is restored
+        rank_zero_info(
+            f"{trainer.state.fn.value}: no --ckpt_path, so this measures the weights the model was built with"
+            " (freshly initialised, untrained); pass --ckpt_path best, last or a checkpoint file to measure a"
+            " trained one"
+        )
 
 
 def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:
