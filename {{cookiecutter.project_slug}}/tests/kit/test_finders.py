@@ -130,21 +130,32 @@ def test_an_existing_preset_is_replaced_only_with_overwrite(
 class SignalDuringTheTest(fixture_task.SequenceRegressor):
     """The fixture's model, which sends this process SIGTERM in its 6th training step."""
 
+    steps = 0
+
     def training_step(self, batch: object, batch_idx: int) -> object:
-        if self.trainer.global_step == 5:
+        self.steps += 1
+        if self.steps == 6:
             os.kill(os.getpid(), signal.SIGTERM)
         return super().training_step(batch, batch_idx)
 
 
-def test_sigterm_during_lr_find_exits_143_and_leaves_nothing(
-    run_cli: Callable[..., object], in_tmp: Path, capfd: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("finder", "args"),
+    [
+        ("lr_find", ["--num_training=40", "--model=test_finders.SignalDuringTheTest"]),
+        ("batch_size_find", ["--steps_per_trial=3", "--max_trials=4", "--model=test_finders.SignalDuringTheTest"]),
+    ],
+    ids=["lr_find", "batch_size_find"],
+)
+def test_sigterm_during_a_finder_exits_143_and_leaves_nothing(
+    run_cli: Callable[..., object], in_tmp: Path, capfd: pytest.CaptureFixture[str], finder: str, args: list[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        run_cli("lr_find", "--num_training=40", "--model=test_finders.SignalDuringTheTest")
+        run_cli(finder, *args)
     assert exit_info.value.code == 143
     err = capfd.readouterr().err  # the signal handler writes to the file descriptor
     assert "SIGTERM: stopping at the next safe point" in err
-    # Lightning's tuner saves the model to a hidden `.lr_find_<uuid>.ckpt` and removes it when its loop ends.
+    # Lightning's tuners save the model to a hidden `.lr_find_<uuid>.ckpt` (`.scale_batch_size_<uuid>.ckpt`).
     assert [str(path.relative_to(in_tmp)) for path in in_tmp.rglob("*") if path.is_file()] == []
 
 
