@@ -18,15 +18,15 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
 def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]) -> tuple[StepTimer, Path]:
-    """A CPU ``fit`` of ``steps`` optimizer steps, with or without ``StopOnNonFiniteLoss``."""
-    without = None if guard else project("kit.safety.nonfinite").StopOnNonFiniteLoss
+    """A CPU ``fit`` of ``steps`` optimizer steps, with or without ``StopOnNonFinite``."""
+    without = None if guard else project("kit.safety.nonfinite").StopOnNonFinite
     _, timer, run_dir = fit_once(workdir, steps, presets=presets, without=without)
     return timer, run_dir / "checkpoints" / "last.ckpt"
 
 
 def check_alone_us(calls: int) -> float:
     """Microseconds per call of the check on a finite scalar loss."""
-    guard, loss = project("kit.safety.nonfinite").StopOnNonFiniteLoss(), torch.tensor(2.3)
+    guard, loss = project("kit.safety.nonfinite").StopOnNonFinite(), torch.tensor(2.3)
     start = time.perf_counter()
     for _ in range(calls):
         guard.on_before_backward(None, None, loss)  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/command/cli.py",
     "src/{pkg}/kit/command/project.py",
     "src/{pkg}/kit/command/provenance.py",
+    "src/{pkg}/kit/command/records.py",
     "src/{pkg}/kit/command/runs.py",
     "src/{pkg}/kit/command/secrets.py",
     "src/{pkg}/kit/command/session.py",

@@ -5,11 +5,15 @@ The package is found under ``src/``, so nothing here needs an edit when it is re
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import os
+import shutil
+import stat
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -89,3 +93,35 @@ def assert_identical(actual: object, expected: object, where: str = "checkpoint"
             assert_identical(a, e, f"{where}[{index}]")
     else:
         assert actual == expected, where
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (hidden ones too) and the SHA-256 of its bytes: equal digests, untouched files."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
+        for path in sorted(folder.rglob("*"))
+    }
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """Makes ``folder`` and everything in it unwritable for the block, for root too (``chattr +i``: skipped where
+    that is not available); the permissions come back afterwards."""
+    paths = [folder, *folder.rglob("*")]
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(modes[path] & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    immutable = os.geteuid() == 0 if hasattr(os, "geteuid") else False  # root writes through permissions
+    try:
+        if immutable and not (shutil.which("chattr") and _chattr("+i", folder)):
+            pytest.skip("root ignores permissions, and chattr +i is not available here")
+        yield
+    finally:
+        if immutable:
+            _chattr("-i", folder)
+        for path, mode in modes.items():
+            path.chmod(mode)
+
+
+def _chattr(flag: str, folder: Path) -> bool:
+    return subprocess.run(["chattr", "-R", flag, str(folder)], check=False).returncode == 0

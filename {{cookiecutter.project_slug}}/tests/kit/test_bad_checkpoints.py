@@ -8,17 +8,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
 import fixture_task
 import lightning.pytorch as pl
 import pytest
 import torch
-from support import refused, run_dir_flags, submodule
+from support import digest, read_only, refused, run_dir_flags, submodule
 from torch import Tensor
 
 checkpoint_io = submodule("kit.safety.checkpoint_io")
@@ -141,6 +147,34 @@ def test_a_checkpoint_of_another_architecture_names_the_keys_and_shapes(
     )
 
 
+def _save_on_a_full_disk(path: Path, result: Any) -> None:
+    """Child process: a file size limit makes writes fail as a full disk does (EFBIG instead of ENOSPC)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
+    try:
+        checkpoint_io.atomic_save({"state_dict": {"weight": torch.randn(100_000)}}, path)  # 400 kB
+    except BaseException as error:  # the parent checks what it is
+        result.put((type(error).__name__, str(error)))
+    else:
+        result.put(("", ""))
+
+
+@pytest.mark.skipif(resource is None, reason="needs POSIX resource limits")
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    fork = multiprocessing.get_context("fork")
+    result = fork.Queue()
+    child = fork.Process(target=_save_on_a_full_disk, args=(path, result))
+    child.start()
+    name, message = result.get(timeout=60)
+    child.join()
+    # torch.save reports the failed write as RuntimeError("[enforce fail at inline_container.cc:...] unexpected pos").
+    assert name == "CheckpointWriteError", (name, message)
+    assert message == f"cannot write checkpoint {path}: [Errno 27] File too large"
+    assert not path.exists()
+    assert list(path.parent.iterdir()) == []  # no temporary file left
+
+
 class ReplaceCheckpointFolder(pl.Callback):
     """At ``step``, the run's checkpoint folder moves to ``checkpoints.saved`` and a file takes its place."""
 
@@ -206,14 +240,38 @@ def test_export_goes_to_the_checkpoints_run_and_never_overwrites_silently(
     run = shutil.copytree(trained, tmp_path / "elsewhere" / "copy")
     args = ["export", "--formats=[torch_export]", f"--ckpt_path={run / 'checkpoints' / 'best.ckpt'}"]
     run_cli(*args)  # not in the config's run directory (runs/fixture): in the run that wrote the checkpoint
-    exported = run / "export" / "model.pt2"
-    written = exported.read_bytes()
+    assert (run / "export" / "model.pt2").is_file()
     assert not Path("runs").exists()
+    (run / "export" / "model.onnx").write_bytes(b"an earlier ONNX export")
+    before = digest(run)
     line = refused_cli(run_cli, capsys, *args[:-1], f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
-    assert f"output_dir: {run / 'export'} already holds model.pt2 from an earlier export" in line
-    assert exported.read_bytes() == written
-    run_cli(*args, "--overwrite=true")
-    assert exported.is_file()
+    assert f"output_dir: {run / 'export'} already holds model.onnx, model.pt2 from an earlier export" in line
+    assert digest(run) == before
+    # The whole earlier export is replaced: no model.onnx of other weights beside the new model.pt2.
+    run_cli(*args[:-1], f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}", "--overwrite=true")
+    assert sorted(path.name for path in (run / "export").iterdir()) == ["model.pt2"]
+    assert sorted(path.name for path in run.iterdir() if path.name.startswith(".")) == []  # no temporary folders
+    # Files no export writes are never deleted by --overwrite.
+    (run / "export" / "notes.txt").write_text("mine")
+    before = digest(run)
+    line = refused_cli(run_cli, capsys, *args, "--overwrite=true")
+    assert line == (
+        f"error: output_dir: {run / 'export'} holds notes.txt, which no export writes: --overwrite true replaces"
+        " the whole folder; choose another --output_dir"
+    )
+    assert digest(run) == before
+
+
+def test_export_to_a_folder_that_cannot_be_written_is_one_line_naming_output_dir(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], trained: Path, tmp_path: Path
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    args = ["export", "--formats=[torch_export]", f"--ckpt_path={trained / 'checkpoints' / 'best.ckpt'}"]
+    with read_only(locked):
+        line = refused_cli(run_cli, capsys, *args, f"--output_dir={locked / 'export'}")
+    assert line == f"error: output_dir: cannot write in {locked} (permission denied)"
+    assert list(locked.iterdir()) == []
 
 
 class NoPredictLoader(fixture_task.SequenceData):

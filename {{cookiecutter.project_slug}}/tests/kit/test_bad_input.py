@@ -15,7 +15,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import torch.nn.functional as F
-from support import PACKAGE, refused, submodule
+import yaml
+from support import PACKAGE, refused, run_dir_flags, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -78,6 +79,28 @@ def test_a_refused_value_names_its_key_and_writes_nothing(
     line = refused_cli(run_cli, capsys, "fit", *args)
     assert all(part in line for part in expected), line
     assert files_in(in_tmp) == []  # no run directory, config or events
+
+
+@pytest.mark.parametrize(
+    "start", ["--trainer.num_sanity_val_steps=0", "--ckpt_path=last"], ids=["no-sanity", "resumed"]
+)
+def test_a_monitor_never_logged_is_caught_at_the_first_validation_and_the_run_marked_failed(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], start: str
+) -> None:
+    run = Path("runs/fixture/unlogged")
+    short = [*run_dir_flags(run), "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
+    if start == "--ckpt_path=last":
+        run_cli("fit", *short, "--trainer.max_epochs=1")  # the resumed session records the refusal
+    # Without the sanity check, Lightning's ModelCheckpoint noticed it only when saving, with its own message; and the
+    # refused session was left without an end ("killed").
+    args = [*short, start, "--best_checkpoint.monitor=val/acc", "--trainer.max_epochs=3"]
+    line = refused_cli(run_cli, capsys, "fit", *args)
+    assert line == (
+        "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
+    )
+    session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
+    assert session["status"] == "failed"
+    assert session["error"] == line.replace("error: ", "BadInputError: ", 1)
 
 
 def test_in_a_process_a_refused_value_exits_2_with_one_line(
@@ -256,8 +279,13 @@ def test_a_task_missing_what_the_subcommand_needs_is_named(
         ("trainer:\n\tmax_epochs: 2\n", "config bad.yaml, line 2, column 1: found character '\\t'"),
         ("- trainer\n- model\n", "config bad.yaml holds a list, not a mapping of keys"),
         (b"\x89PNG\r\n\x1a\n\x00\xff", "config bad.yaml is not a text file"),
+        # PyYAML keeps the last of two equal keys silently: the first setting would be lost.
+        (
+            "trainer:\n  max_epochs: 2\n  devices: 1\n  max_epochs: 3\n",
+            "config bad.yaml, line 4, column 3: duplicate key 'max_epochs' (first at line 2)",
+        ),
     ],
-    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary"],
+    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary", "duplicate-key"],
 )
 def test_a_bad_config_file_is_named_with_the_line(
     run_cli: RunCli, capsys: pytest.CaptureFixture[str], content: str | bytes, message: str

@@ -44,13 +44,16 @@ def test_fit_writes_checkpoints_events_and_config(fitted: object) -> None:
     assert config["trainer"]["max_epochs"] == 2
 
 
-def test_validate_reproduces_the_best_score(fitted: object, run_cli: Callable[..., object]) -> None:
+def test_validate_reproduces_the_best_score(
+    fitted: object, run_cli: Callable[..., object], lightning_log: list[str]
+) -> None:
     last = torch.load(RUN / "checkpoints" / "last.ckpt", weights_only=True)
     state = last["callbacks"]["BestCheckpoint"]
     assert state["monitor"] == "val/loss"
     for ckpt_path in ("best", str(RUN / "checkpoints" / "best.ckpt")):
         validated = run_cli("validate", *run_dir_flags(RUN), f"--ckpt_path={ckpt_path}")
         assert validated.trainer.callback_metrics["val/loss"] == pytest.approx(float(state["best_model_score"]))
+    assert not [line for line in lightning_log if "no --ckpt_path" in line]  # these weights are trained
 
 
 def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> None:
@@ -61,6 +64,16 @@ def test_test_and_predict(fitted: object, run_cli: Callable[..., object]) -> Non
     assert outputs.shape == (64, 1)
     # Predict builds no graph: Lightning runs it in inference mode.
     assert all(batch.is_inference() and not batch.requires_grad for batch in predicted.trainer.predict_loop.predictions)
+
+
+def test_validate_without_a_checkpoint_says_it_measures_untrained_weights(
+    run_cli: Callable[..., object], lightning_log: list[str]
+) -> None:
+    run_cli("validate", "--trainer.limit_val_batches=1")
+    assert (
+        "validate: no --ckpt_path, so this measures the weights the model was built with (freshly initialised,"
+        " untrained); pass --ckpt_path best, last or a checkpoint file to measure a trained one"
+    ) in lightning_log
 
 
 def test_resume_from_saved_config(run_cli: Callable[..., object], cli: ModuleType) -> None:

@@ -59,7 +59,8 @@ def test_a_mismatch_fails_the_export(
     real = exporting.run_exported
     monkeypatch.setattr(exporting, "run_exported", lambda path, inputs: real(path, inputs) + 1e-3)
     with pytest.raises(RuntimeError, match=r"model\.pt2: outputs differ from eager by 0\.001 > atol=0\.0001"):
-        export(cli, run_dir, in_tmp, "--formats=[torch_export]")
+        export(cli, run_dir, in_tmp / "out", "--formats=[torch_export]")
+    assert list(in_tmp.iterdir()) == []  # no model.pt2 that fails its check, no temporary folder
 
 
 @pytest.mark.parametrize(

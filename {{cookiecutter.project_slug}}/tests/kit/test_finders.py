@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import fixture_task
 import pytest
 import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.tuner.lr_finder import _LRFinder
-from support import run_dir_flags, submodule
+from support import refused, run_dir_flags, submodule
 
 finders = submodule("kit.tools.finders")
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
@@ -81,6 +84,79 @@ def test_bad_input_exits_2_before_anything_runs(
     assert exit_info.value.code == 2
     assert f"error: {message}" in capsys.readouterr().err
     assert list(in_tmp.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Were: "no suggestion (too few finite losses): raise --num_training", a ZeroDivisionError, an error about
+        # the model's schedule.
+        (["--min_lr=1", "--max_lr=0.001"], "max_lr (0.001) must be above min_lr (1): swap them"),
+        (["--min_lr=0"], "min_lr must be > 0, got 0: e.g. --min_lr 1e-8"),
+        (["--min_lr=-1"], "min_lr must be > 0, got -1: e.g. --min_lr 1e-8"),
+        (
+            ["--num_training=0"],
+            "num_training must be >= 13 (the suggestion skips the first 10 steps and the last), got 0: e.g. 100",
+        ),
+    ],
+)
+def test_bad_bounds_of_the_lr_range_test_exit_2_before_it_runs(
+    run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert refused(capsys, lambda: run_cli("lr_find", *args)) == f"error: {message}"
+    assert list(in_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("finder", "args"),
+    [("lr_find", ["--num_training=20"]), ("batch_size_find", ["--data.init_args.train_size=16", "--max_trials=2"])],
+)
+def test_an_existing_preset_is_replaced_only_with_overwrite(
+    run_cli: Callable[..., object], in_tmp: Path, capsys: pytest.CaptureFixture[str], finder: str, args: list[str]
+) -> None:
+    preset = Path("configs/mine.yaml")
+    preset.parent.mkdir()
+    preset.write_text("model:\n  init_args:\n    lr: 0.5\n")
+    before = preset.read_bytes()
+    line = refused(capsys, lambda: run_cli(finder, *args, f"--output={preset}"))
+    assert line == f"error: output: {preset} exists: pass --overwrite true to replace it, or another --output"
+    assert preset.read_bytes() == before
+    assert sorted(str(path) for path in in_tmp.rglob("*")) == [str(in_tmp / "configs"), str(in_tmp / preset)]
+    run_cli(finder, *args, f"--output={preset}", "--overwrite=true")
+    assert isinstance(preset_value(preset), (int, float))
+    assert preset.read_bytes() != before
+
+
+class SignalDuringTheTest(fixture_task.SequenceRegressor):
+    """The fixture's model, which sends this process SIGTERM in its 6th training step."""
+
+    steps = 0
+
+    def training_step(self, batch: object, batch_idx: int) -> object:
+        self.steps += 1
+        if self.steps == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize(
+    ("finder", "args"),
+    [
+        ("lr_find", ["--num_training=40", "--model=test_finders.SignalDuringTheTest"]),
+        ("batch_size_find", ["--steps_per_trial=3", "--max_trials=4", "--model=test_finders.SignalDuringTheTest"]),
+    ],
+    ids=["lr_find", "batch_size_find"],
+)
+def test_sigterm_during_a_finder_exits_143_and_leaves_nothing(
+    run_cli: Callable[..., object], in_tmp: Path, capfd: pytest.CaptureFixture[str], finder: str, args: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(finder, *args)
+    assert exit_info.value.code == 143
+    err = capfd.readouterr().err  # the signal handler writes to the file descriptor
+    assert "SIGTERM: stopping at the next safe point" in err
+    # Lightning's tuners save the model to a hidden `.lr_find_<uuid>.ckpt` (`.scale_batch_size_<uuid>.ckpt`).
+    assert [str(path.relative_to(in_tmp)) for path in in_tmp.rglob("*") if path.is_file()] == []
 
 
 def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:

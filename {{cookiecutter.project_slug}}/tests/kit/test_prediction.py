@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 import csv
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import fixture_task
 import pytest
 import torch
-from support import PACKAGE, run_dir_flags, submodule
+from support import PACKAGE, digest, read_only, refused, run_dir_flags, submodule
 
 prediction = submodule("kit.tools.prediction")
 SHAPE = (1, 28, 28)  # (C, H, W) images
+WRITER = f"--trainer.callbacks+={PACKAGE}.kit.tools.prediction.PredictionWriter"
+OUT = "--trainer.callbacks.output_dir"
+
+
+class Opaque:
+    """An object a ``.pt`` file may pickle, which ``torch.load(weights_only=True)`` refuses to build."""
 
 
 def images(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -48,8 +56,13 @@ def test_tensor_files_from_a_folder_and_from_one_file(inputs: Path) -> None:
             r"bad\.pt has non-finite values in image 1",
         ),
         ({"images": images(*SHAPE)}, r"bad\.pt holds a dict, not a tensor"),
+        (
+            Opaque(),  # torch.load(weights_only=True) raised its UnpicklingError, many lines long
+            r"bad\.pt: torch\.load\(weights_only=True\) refuses it: Unsupported global: GLOBAL test_prediction\.Opaque;"
+            r" save the tensor alone",
+        ),
     ],
-    ids=["channels", "rank", "dtype", "nan", "not-a-tensor"],
+    ids=["channels", "rank", "dtype", "nan", "not-a-tensor", "pickled"],
 )
 def test_bad_input_file_is_named(tmp_path: Path, content: object, message: str) -> None:
     torch.save(content, tmp_path / "bad.pt")
@@ -64,12 +77,21 @@ def test_missing_or_empty_predict_path(tmp_path: Path) -> None:
         prediction.TensorFiles(tmp_path / "nowhere", SHAPE)
 
 
-def test_writer_saves_every_output_with_its_index(run_cli: Callable[..., object]) -> None:
-    run = Path("runs/fixture/predicted")
-    run_cli("fit", *run_dir_flags(run), "--trainer.max_epochs=1")
-    writer = f"--trainer.callbacks+={PACKAGE}.kit.tools.prediction.PredictionWriter"
-    run_cli("predict", *run_dir_flags(run), "--ckpt_path=best", writer)
-    saved = torch.load(run / "predictions" / "predictions.pt", weights_only=True)
+@pytest.fixture(scope="module")
+def trained(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of the fixture task (one epoch); tests predict from its checkpoints."""
+    run = tmp_path_factory.mktemp("predict") / "runs" / "fixture" / "predicted"
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"])
+    return run
+
+
+def test_writer_saves_every_output_with_its_index_in_a_new_folder_each_time(
+    run_cli: Callable[..., object], trained: Path, capsys: pytest.CaptureFixture[str], lightning_log: list[str]
+) -> None:
+    run = trained
+    run_cli("predict", *run_dir_flags(run), "--ckpt_path=best", WRITER)
+    (folder,) = (run / "predictions").iterdir()  # predictions/<time>/
+    saved = torch.load(folder / "predictions.pt", weights_only=True)
     model = fixture_task.SequenceRegressor.load_from_checkpoint(run / "checkpoints/best.ckpt", weights_only=True)
     datamodule = fixture_task.SequenceData()
     datamodule.setup("predict")
@@ -77,7 +99,38 @@ def test_writer_saves_every_output_with_its_index(run_cli: Callable[..., object]
         expected = model.eval()(datamodule.datasets["val"].inputs)  # (64, 1): the predict set, in order
     torch.testing.assert_close(saved["outputs"], expected)
     assert saved["indices"].tolist() == list(range(64))
-    with open(run / "predictions" / "predictions.csv", newline="") as file:
+    with open(folder / "predictions.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert list(rows[0]) == ["index", "source", "output_0"]  # one value per input: no argmax column
     assert [float(row["output_0"]) for row in rows] == pytest.approx(expected.flatten().tolist(), rel=1e-5)
+    # Predicting again never touches the earlier predictions: a folder of its own, named after its start.
+    before = digest(folder)
+    run_cli("predict", *run_dir_flags(run), "--ckpt_path=last", WRITER)
+    assert len(list((run / "predictions").iterdir())) == 2
+    assert digest(folder) == before
+    said = [line for line in lightning_log if line.startswith("predictions: ")]
+    assert said == [f"predictions: {path}" for path in sorted((run / "predictions").iterdir())]
+    # A folder named by the user is used only while it is empty.
+    before = digest(run)
+    args = ["predict", *run_dir_flags(run), "--ckpt_path=best", WRITER, f"{OUT}={folder}"]
+    line = refused(capsys, lambda: run_cli(*args))
+    assert line.endswith(
+        f"output_dir: {folder} already holds predictions.csv, predictions.pt: give an empty or new folder,"
+        " or null (a new folder under the run's predictions/)"
+    ), line
+    assert digest(run) == before
+
+
+def test_a_read_only_run_is_validated_tested_and_predicted_and_left_as_it_was(
+    run_cli: Callable[..., object], trained: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = digest(trained)
+    checkpoint = f"--ckpt_path={trained / 'checkpoints' / 'best.ckpt'}"
+    with read_only(trained):
+        for command in ("validate", "test", "predict"):
+            run_cli(command, checkpoint)  # they write nothing in the run
+        line = refused(capsys, lambda: run_cli("predict", checkpoint, WRITER))  # the writer would
+    # The folder it would write in, or its first existing parent (other tests of this run may have made it).
+    folder = re.escape(str(trained))
+    assert re.search(rf"output_dir: cannot write in {folder}(/predictions)? \(permission denied\)$", line), line
+    assert digest(trained) == before

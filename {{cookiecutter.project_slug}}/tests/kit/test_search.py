@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import run_dir_flags
+from support import digest, run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -145,6 +145,96 @@ def test_bad_settings_are_one_error_line_and_write_nothing(
     assert err.strip().splitlines()[-1].startswith(message)
     assert "secret" not in err
     assert not Path("runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("storage", "message"),
+    [
+        ("sqlit:///study.db", "error: --storage sqlit:///study.db: no database driver for 'sqlit'"),
+        ("journals", "error: --storage journals: a folder, not a journal file"),
+        ("broken.log", "error: --storage broken.log: not an Optuna journal (line 2:"),
+        (None, f"error: {SEARCH / 'study.log'}: not an Optuna journal (line 1:"),  # the search's own journal
+    ],
+    ids=["scheme", "folder", "corrupt", "corrupt-default"],
+)
+def test_a_storage_that_cannot_be_used_is_one_line_naming_it(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], storage: str | None, message: str
+) -> None:
+    Path("journals").mkdir()
+    Path("broken.log").write_text('{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [1]}\n{oops\n')
+    if storage is None:
+        SEARCH.mkdir(parents=True)
+        (SEARCH / "study.log").write_text("not json\n")
+    space = write_space(SPACE)
+    before = sorted(str(path) for path in in_tmp.rglob("*"))
+    code, _, err = search(cli, capsys, space, *([f"--storage={storage}"] if storage else []))
+    assert code == 2
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err[-2000:]
+    assert errors[0].startswith(message), errors
+    assert sorted(str(path) for path in in_tmp.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.parametrize("storage", [None, "other.log"], ids=["journal-gone", "other-storage"])
+def test_a_new_study_never_adopts_trial_folders_it_did_not_make(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], storage: str | None
+) -> None:
+    # An earlier study's trial: its last.ckpt would be resumed with the new study's values for trial 0.
+    (SEARCH / "trial-000" / "checkpoints").mkdir(parents=True)
+    (SEARCH / "trial-000" / "checkpoints" / "last.ckpt").write_bytes(b"an earlier study's trial")
+    space = write_space(SPACE)
+    before = digest(in_tmp)
+    code, _, err = search(cli, capsys, space, "--trials=1", *([f"--storage={storage}"] if storage else []))
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"error: {SEARCH} holds trial folders of another study (trial-000): this study"
+        f" ({storage or SEARCH / 'study.log'}) did not make them; give the search another --run.name, or move them"
+        " away"
+    )
+    assert digest(in_tmp) == before
+
+
+def test_search_refuses_the_folder_of_a_fit_run(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], run_cli: Callable[..., object]
+) -> None:
+    run = SEARCH.with_name("fitted")
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text("seed_everything: 1\n")  # what makes a folder a run (with provenance.yaml, ...)
+    space = write_space(SPACE)
+    before = digest(in_tmp)
+    code, _, err = search(cli, capsys, space, "--trials=1", "--run.name=fitted")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"error: run.name: {run} is a fit run, not a search's folder: give the search another --run.name"
+    )
+    assert digest(in_tmp) == before
+
+
+def test_a_trial_folder_belongs_to_the_study_that_made_it(tmp_path: Path) -> None:
+    trial = submodule("kit.search.trial")
+    folder = tmp_path / "trial-000"
+    trial.claim(folder, "study-a")  # new: made, and marked as study-a's
+    trial.claim(folder, "study-a")  # study-a's again (a retry resumes it)
+    with pytest.raises(trial.TrialRefusedError, match=f"{folder} was made by another study"):
+        trial.claim(folder, "study-b")
+    (tmp_path / "trial-001").mkdir()  # no mark: made by something else
+    with pytest.raises(trial.TrialRefusedError, match="trial-001 was made by another study"):
+        trial.claim(tmp_path / "trial-001", "study-a")
+
+
+def test_a_study_started_before_trial_folders_were_marked_keeps_its_own(in_tmp: Path) -> None:
+    command, worker = submodule("kit.search.command"), submodule("kit.search.worker")
+    SEARCH.mkdir(parents=True)
+    journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log")))
+    earlier = optuna.create_study(study_name="search", storage=journal)  # as a version without marks left it
+    earlier.tell(earlier.ask(), 1.0)
+    (SEARCH / "trial-000").mkdir()
+    settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {"sampler": None, "pruner": None}}
+    settings["project"] = submodule("kit.command.project").Project()
+    plan = worker.Plan("search", None, SEARCH, SEARCH / "base.yaml", (), "val/loss", "minimize", 2, **settings)
+    _, _, plan = command._start_study(plan, "trainer: {}\n")
+    assert plan.study_uid == load_study().user_attrs["uid"]
+    submodule("kit.search.trial").claim(SEARCH / "trial-000", plan.study_uid)  # its own: a retry may resume it
 
 
 def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(

@@ -23,6 +23,15 @@ from support import CONFIGS, refused
         ("--data.init_args.num_classes=1", ["data: GratingsDataModule (", "num_classes must be >= 2, got 1"]),
         ("--data.init_args.num_workers=-1", ["data: GratingsDataModule (", "num_workers must be >= 0 or null"]),
         ("--data.init_args.train_size=16", ["data: GratingsDataModule (", "train_size=16 is smaller than batch_size"]),
+        # Each of these was a traceback from deep inside torch, at setup or in a loader worker.
+        ("--data.init_args.val_size=-1", ["data: GratingsDataModule (", "val_size must be >= 0, got -1"]),
+        ("--data.init_args.test_size=-5", ["data: GratingsDataModule (", "test_size must be >= 0, got -5"]),
+        ("--data.init_args.max_shift=-1", ["data: GratingsDataModule (", "max_shift must be >= 0, got -1"]),
+        ("--data.init_args.prefetch_factor=0", ["data: GratingsDataModule (", "prefetch_factor must be >= 1, got 0"]),
+        (
+            "--data.init_args.image_size=100000",
+            ["data: GratingsDataModule (", "image_size=100000: the 384 images would need", "GiB of memory"],
+        ),
     ],
 )
 def test_a_refused_constructor_value_is_one_line(

@@ -106,6 +106,24 @@ def test_a_corrupt_image_is_named_by_its_path(image_folder: ModuleType, write_im
         dataset[index]
 
 
+def test_a_corrupt_image_read_by_a_loader_worker_is_named_on_the_first_line(
+    image_folder: ModuleType, write_images: Any, tmp_path: Path
+) -> None:
+    root = write_images(tmp_path / "root", per_class=4)
+    broken = root / "class_1" / "002.png"
+    broken.write_bytes(broken.read_bytes()[:60])
+    data = image_folder.ImageFolderDataModule(str(root), batch_size=4, num_workers=1, val_fraction=0.25)
+    loader = data.train_dataloader()
+    loader.dataset.samples = [sample for sample in loader.dataset.samples if sample[0] == broken] * 4
+    # torch re-raises a worker's error as "Caught InvalidDataError in DataLoader worker process 0." and a traceback:
+    # the command's one `error:` line would not say which file.
+    with pytest.raises(ValueError, match="cannot be decoded") as error:
+        next(iter(loader))
+    first = str(error.value).splitlines()[0]
+    assert first.startswith(f"image {broken} cannot be decoded: "), first
+    assert first.endswith("(in DataLoader worker process 0)"), first
+
+
 def test_the_preset_alone_trains_on_the_folder_with_shape_and_classes_linked(
     straight: tuple[Any, dict[str, Any]],
 ) -> None:

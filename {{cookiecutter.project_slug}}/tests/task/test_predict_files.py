@@ -31,12 +31,13 @@ def test_predict_writes_one_row_per_input_file(
     run_cli(
         "predict", *run_dir_flags(RUN), "--ckpt_path=best", f"--data.init_args.predict_path={inputs}", presets=presets
     )
-    saved = torch.load(RUN / "predictions" / "predictions.pt", weights_only=True)
+    (folder,) = (RUN / "predictions").iterdir()  # predictions/<time>/: a new folder for each predict
+    saved = torch.load(folder / "predictions.pt", weights_only=True)
     model = classifier.Classifier.load_from_checkpoint(RUN / "checkpoints/best.ckpt", weights_only=True).eval()
     with torch.no_grad():
         expected = model(torch.cat([images(3, *SHAPE), images(1, *SHAPE, seed=1)])).softmax(dim=-1)
     torch.testing.assert_close(saved["outputs"], expected)
-    with open(RUN / "predictions" / "predictions.csv", newline="") as file:
+    with open(folder / "predictions.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert [row["source"] for row in rows] == ["a.pt[0]", "a.pt[1]", "a.pt[2]", "b.pt"]
     assert [int(row["argmax"]) for row in rows] == expected.argmax(dim=1).tolist()  # the class

@@ -145,6 +145,12 @@ class GratingsDataModule(pl.LightningDataModule):
             raise ValueError(f"train_size={train_size} is smaller than batch_size={batch_size}: no full batch")
         if num_workers is not None and num_workers < 0:
             raise ValueError(f"num_workers must be >= 0 or null, got {num_workers}")
+        for name, value in {"val_size": val_size, "test_size": test_size, "max_shift": max_shift}.items():
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if prefetch_factor < 1:
+            raise ValueError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
+        _check_memory(train_size + val_size + test_size, in_channels, image_size)
         self.num_classes, self.image_size, self.in_channels = num_classes, image_size, in_channels
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.noise, self.max_shift, self.augment, self.seed = noise, max_shift, augment, seed
@@ -254,6 +260,23 @@ class GratingsDataModule(pl.LightningDataModule):
             raise InvalidDataError(
                 f"data cache {path} is unreadable ({error}): prepare_data() renders it again"
             ) from error
+
+
+def _check_memory(num_samples: int, in_channels: int, image_size: int) -> None:
+    """Raises ``ValueError`` when the rendered splits would not fit in this machine's memory (torch would fail to
+    allocate them with a traceback, or the system would kill the process)."""
+    pixels = image_size * image_size
+    # The images (float16), and while rendering a chunk: about 8 float32 arrays of (chunk, H, W).
+    needed = num_samples * in_channels * pixels * 2 + min(num_samples, _CHUNK) * pixels * 4 * 8
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): leave it to the allocator
+        return
+    if needed > memory:
+        raise ValueError(
+            f"image_size={image_size}: the {num_samples:,} images would need {needed / 2**30:,.0f} GiB of memory, and"
+            f" this machine has {memory / 2**30:,.0f} GiB: lower image_size or the split sizes"
+        )
 
 
 def _readable(path: Path) -> bool:

@@ -185,12 +185,41 @@ class ConfigFile(ActionConfigFile):
         super().__call__(parser, cfg, values, option_string)
 
 
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping of a YAML file."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if key == "<<" or not isinstance(key, (str, int, float, bool)):
+                continue  # merge keys repeat by design; unhashable keys fail in PyYAML itself
+            if key in seen:
+                raise _DuplicateKeyError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep)
+
+
 def check_config_file(path: str | Path) -> None:
-    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping."""
+    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping with each key
+    once."""
     try:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError:
         raise TypeError(f"config {path} is not a text file") from None
+    except _DuplicateKeyError as error:
+        raise TypeError(
+            f"config {path}{_at(error.problem_mark)}: {error.problem}: YAML would keep only the last"
+        ) from None
     except yaml.MarkedYAMLError as error:
         raise TypeError(f"config {path}{_at(error.problem_mark)}: {error.problem} ({_context(error)})") from None
     except yaml.YAMLError as error:

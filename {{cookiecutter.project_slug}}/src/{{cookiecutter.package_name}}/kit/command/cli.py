@@ -32,6 +32,7 @@ from .bad_input import (
     refused_parse,
 )
 from .project import Project, drop_unlanded_links
+from .provenance import drawn_seed
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
@@ -78,8 +79,11 @@ class ProjectCLI(LightningCLI):
             parser.error(problem)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        if problem := refused_parse(self.config[subcommand] if subcommand else self.config):
+        config = self.config[subcommand] if subcommand else self.config
+        if problem := refused_parse(config):
             parser.error(problem)
+        if config.get("seed_everything") is True:  # Lightning 2.6 seeds 0 for `true` (see drawn_seed)
+            config["seed_everything"] = drawn_seed()
 
     def before_instantiate_classes(self) -> None:
         if self.subcommand in (None, "fit"):  # the commands that track a run (see trackers.py)
@@ -101,7 +105,7 @@ class ProjectCLI(LightningCLI):
         drop_unlanded_links(self.project.links, {"model": self.model, "data": self.datamodule})
         try:
             check_trainer(self.trainer)
-            if self.subcommand in LightningCLI.subcommands():  # the ones that write in the run directory
+            if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)
                 check_paths(self.trainer)
             if self.subcommand == "fit":
                 check_monitor(self.trainer, self.model, self.datamodule)

@@ -13,8 +13,10 @@ with ``torch.load(..., weights_only=True)`` and a checkpoint found on its own st
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import secrets
 import shlex
 import signal
 import socket
@@ -30,11 +32,14 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from ..safety.checkpoint_io import AtomicCheckpointIO
+from ..safety.checkpoints import LAST
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
+from .bad_input import SetupPhase
+from .records import FILE, read_record, record_problem
 from .secrets import masked
 
-FILE = "provenance.yaml"
 STATUSES = {
     "finished": "ran to the end (max_epochs, max_steps or early stopping)",
     "preempted": "stopped by SIGTERM or SIGUSR1 (exit 143, 138); last.ckpt saved, resumable; see `signal`",
@@ -44,6 +49,26 @@ STATUSES = {
     "killed": "no end recorded: the process was killed",
 }
 PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
+
+
+JOB_IDS = ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+"""Environment variables naming the job that started this process, the same in all of its processes."""
+
+
+def drawn_seed() -> int:
+    """The seed ``seed_everything: true`` asks for: drawn at random, and the same in every process of one run.
+
+    Lightning 2.6's ``seed_everything(None)`` gives 0 (or ``$PL_GLOBAL_SEED``), whatever LightningCLI's help says
+    ("a random seed"). A process that Lightning's launcher started has its parent's seed in ``$PL_GLOBAL_SEED``; the
+    processes of a job a scheduler started (SLURM, torchrun) derive theirs from the job's id; otherwise it is new.
+    """
+    inherited = os.environ.get("PL_GLOBAL_SEED", "")
+    if inherited.isdigit() and int(inherited) < 2**32:
+        return int(inherited)
+    job = next((os.environ[name] for name in JOB_IDS if os.environ.get(name)), None)
+    if job is not None:
+        return int.from_bytes(hashlib.sha256(job.encode()).digest()[:4], "big")
+    return secrets.randbelow(2**32)
 
 
 def now() -> str:
@@ -95,15 +120,6 @@ def devices(trainer: pl.Trainer) -> dict[str, Any]:
     return found
 
 
-def read_record(run: Path) -> dict[str, Any] | None:
-    """The run's ``provenance.yaml``, or ``None`` if it has none (or an unreadable one)."""
-    try:
-        record = yaml.safe_load((run / FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def session_status(record: dict[str, Any]) -> str:
     """How the newest session ended: a ``STATUSES`` key, or ``running`` while its process is alive on this host."""
     sessions = record.get("sessions") or [{}]
@@ -138,7 +154,12 @@ class RunRecord:
     def __init__(self, directory: Path, writer: bool) -> None:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
+        self._progress: dict[str, Any] | None = None  # gathered for a checkpoint being written, not yet committed
         self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers.py)
+        if (problem := record_problem(directory)) is not None:  # never written over: it is the run's history
+            raise ValueError(
+                f"{directory / FILE}: not a provenance record ({problem}): repair it, or move the run away"
+            )
         self.data: dict[str, Any] = read_record(directory) or {
             "experiment": directory.parent.name,
             "run": directory.name,
@@ -177,8 +198,8 @@ class RunRecord:
         self.write()
 
     def end_session(self, error: BaseException | None) -> None:
-        """Records how this process's session ended."""
-        if not self.writer or not self.data["sessions"]:
+        """Records how this process's session ended (once: a second call changes nothing)."""
+        if not self.writer or not self.data["sessions"] or self.data["sessions"][-1].get("ended"):
             return
         status, message = status_of(error)
         session = self.data["sessions"][-1]
@@ -192,7 +213,8 @@ class RunRecord:
             listener(status)
 
     def update_progress(self, trainer: pl.Trainer, logged_step: int | None) -> None:
-        """Epoch, step and best monitored value so far (called with every checkpoint)."""
+        """Epoch, step and best monitored value so far (called with every checkpoint); ``provenance.yaml`` gets them
+        with ``commit_progress``, once the checkpoint that holds them is on disk."""
         # Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint).
         epochs = trainer.fit_loop.epoch_progress.current.processed
         progress: dict[str, Any] = {"epochs": epochs, "step": trainer.global_step}
@@ -201,12 +223,19 @@ class RunRecord:
         best = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor), None)
         if best is not None and best.best_model_score is not None:
             progress["best"] = {"monitor": best.monitor, "value": float(best.best_model_score)}
-        self.data["progress"] = progress
-        self.write()
+        self._progress = progress
+
+    def commit_progress(self) -> None:
+        """Writes what ``update_progress`` gathered: ``provenance.yaml`` never claims more than ``last.ckpt`` holds."""
+        if self._progress is not None:
+            self.data["progress"], self._progress = self._progress, None
+            self.write()
 
     def for_checkpoint(self, config: str) -> dict[str, Any]:
         """The record as a checkpoint carries it: with the resolved config and this session's diff inline."""
         record = {**self.data, "config": config, "sessions": [dict(session) for session in self.data["sessions"]]}
+        if self._progress is not None:
+            record["progress"] = self._progress  # what this checkpoint holds
         if record["sessions"] and self._diff:
             record["sessions"][-1]["git"] = {**record["sessions"][-1]["git"], "diff": self._diff}
         return record
@@ -220,10 +249,28 @@ class RunRecord:
 
 
 class Provenance(Callback):
-    """Puts the run's provenance into every checkpoint (``checkpoint["provenance"]``) and updates its progress."""
+    """Puts the run's provenance into every checkpoint (``checkpoint["provenance"]``) and updates its progress.
+
+    The progress goes into ``provenance.yaml`` only once ``last.ckpt`` holding it is on disk (the kit's checkpoint
+    writer says when): a run killed while saving never has a record ahead of its ``last.ckpt``. With another
+    checkpoint plugin it is written as the checkpoint is made. A session that the command refuses once it has
+    started (bad input found by the first validation) is recorded as failed here, where the error passes.
+    """
 
     def __init__(self, record: RunRecord, config: str) -> None:
         self.record, self.config = record, config
+        self._writer: AtomicCheckpointIO | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        writer = trainer.strategy.checkpoint_io
+        if isinstance(writer, AtomicCheckpointIO):
+            self._writer = writer
+            writer.saved.append(self._saved)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._writer is not None and self._saved in self._writer.saved:
+            self._writer.saved.remove(self._saved)
+        self._writer = None
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -231,6 +278,18 @@ class Provenance(Callback):
         logged = max((getattr(logger, "logged_step", -1) for logger in trainer.loggers), default=-1)  # any tracker's
         self.record.update_progress(trainer, logged if isinstance(logged, int) and logged >= 0 else None)
         checkpoint["provenance"] = self.record.for_checkpoint(self.config)
+        if self._writer is None:
+            self.record.commit_progress()
+
+    def _saved(self, path: Path) -> None:
+        if path.name == f"{LAST}.ckpt":
+            self.record.commit_progress()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # The command line ends a refused command with one line and exit 2 without recording the session's end.
+        setup = next((cb for cb in trainer.callbacks if isinstance(cb, SetupPhase)), None)  # type: ignore[attr-defined]
+        if setup is not None and isinstance(exception, Exception) and setup.refuses(exception):
+            self.record.end_session(exception)
 
 
 def describe_origin(checkpoint: dict[str, Any], path: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from .provenance import read_record, session_status
+from .records import usable_record
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
 CHECKPOINTS = "checkpoints"
@@ -132,7 +133,7 @@ def runs(experiment_dir: Path) -> list[Path]:
     """The runs of an experiment, oldest first (by their recorded start, else by the folder's time)."""
     if not experiment_dir.is_dir():
         return []
-    found = [path for path in experiment_dir.iterdir() if path.is_dir() and is_run(path)]
+    found = [path for path in experiment_dir.iterdir() if path.is_dir() and is_run(path) and usable_record(path)]
     return sorted(found, key=_started)
 
 

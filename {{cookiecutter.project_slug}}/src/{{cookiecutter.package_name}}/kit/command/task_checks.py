@@ -15,7 +15,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..safety.checkpoints import BestCheckpoint
 from .bad_input import BadInputError
@@ -116,20 +118,49 @@ def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl
 
 
 class StartCheck(Callback):
-    """The loaders ``fit`` starts with: the monitored validation metric is logged, the train loader not empty.
+    """What a command starts with: for ``fit``, the monitored validation metric is logged and the train loader is not
+    empty; for ``validate``, ``test`` and ``predict`` without a checkpoint, a line saying the weights are untrained.
 
-    Lightning notices an unlogged monitored metric at the first save, an epoch later; the sanity check's
-    validation has logged every validation metric before the first training step. An empty train loader
-    makes Lightning end ``fit`` with an info line and exit 0 (the loader is built by Lightning, not here:
-    built earlier, it would lose the position a resumed run restores into it, see lightning#20550).
+    Lightning notices an unlogged monitored metric at the first save, with a message of its own; here the first
+    validation that ran (the sanity check's, or without one, the first of training) names the metric and what
+    is logged instead. An empty train loader makes Lightning end ``fit`` with an info line and exit 0 (the loader
+    is built by Lightning, not here: built earlier, it would lose the position a resumed run restores into it, see
+    lightning#20550).
     """
 
+    def __init__(self) -> None:
+        self._monitors_checked = False
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._monitors_checked = False
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.VALIDATING:
+            _say_if_untrained(trainer)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _say_if_untrained(trainer)
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        _say_if_untrained(trainer)
+
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_monitors(trainer, pl_module, sum(trainer.num_sanity_val_batches))
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Without a sanity check (`num_sanity_val_steps: 0`), the first validation of training; before any save.
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+            self._check_monitors(trainer, pl_module, sum(trainer.num_val_batches))
+
+    def _check_monitors(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batches: int) -> None:
+        if self._monitors_checked:
+            return
+        self._monitors_checked = True
         logged = sorted(key for key in trainer.callback_metrics if is_validation_metric(key))
         for key, monitor in monitored_metrics(trainer):
             if not is_validation_metric(monitor):
                 continue
-            if sum(trainer.num_sanity_val_batches) == 0:
+            if batches == 0:
                 raise BadInputError(
                     f"{key}: {monitor!r} is a validation metric, but"
                     f" {_data_name(pl_module, trainer.datamodule)}.val_dataloader() yields no batch"
@@ -146,6 +177,17 @@ class StartCheck(Callback):
                 f"data: {_data_name(pl_module, trainer.datamodule)}.train_dataloader() yields no batch (is the"
                 " training set smaller than one batch, with drop_last?)"
             )
+
+
+def _say_if_untrained(trainer: pl.Trainer) -> None:
+    """One line when ``validate``/``test``/``predict`` measure the weights the model was built with (no checkpoint
+    loaded, nothing trained by this trainer): the numbers are an untrained model's, which nothing else says."""
+    if trainer.ckpt_path is None and trainer.global_step == 0:  # known once the checkpoint is restored
+        rank_zero_info(
+            f"{trainer.state.fn.value}: no --ckpt_path, so this measures the weights the model was built with"
+            " (freshly initialised, untrained); pass --ckpt_path best, last or a checkpoint file to measure a"
+            " trained one"
+        )
 
 
 def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:

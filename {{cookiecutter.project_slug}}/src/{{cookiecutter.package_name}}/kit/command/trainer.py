@@ -14,15 +14,38 @@ import lightning.pytorch as pl
 from jsonargparse import ArgumentParser, Namespace
 
 from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
-from ..tools.export import FILE_NAMES, Exported, check_formats, example_batch, export_dir, export_model, format_report
+from ..tools.export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from ..tools.finders import Found, batch_size_find, lr_find
 from ..tools.schedule_preview import format_preview, learning_rates
 from .bad_input import BadInputError
+from .task_checks import check_folder
 
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.
 EXTRA_SUBCOMMANDS: dict[str, set[str]] = {
     name: {"model", "datamodule"} for name in ("schedule", "export", "lr_find", "batch_size_find")
 }
+
+
+def check_export_dir(destination: Path, overwrite: bool) -> None:
+    """Raises ``BadInputError`` naming ``output_dir`` unless ``export`` may put its folder at ``destination``: a folder
+    it can create (or replace), empty, or with ``overwrite`` holding an earlier export and nothing else."""
+    if destination.exists() and not destination.is_dir():
+        raise BadInputError(f"output_dir: {destination} is a file, not a folder")
+    check_folder("output_dir", destination.absolute().parent)  # the export is staged next to it, then moved in
+    if destination.is_dir():
+        check_folder("output_dir", destination)
+    held = sorted(path.name for path in destination.iterdir()) if destination.is_dir() else []
+    if held and not overwrite:
+        source = " from an earlier export" if set(held) <= WRITTEN else ""
+        raise BadInputError(
+            f"output_dir: {destination} already holds {', '.join(held)}{source}: pass --overwrite true to replace"
+            " them, or another --output_dir"
+        )
+    if foreign := [name for name in held if name not in WRITTEN]:
+        raise BadInputError(
+            f"output_dir: {destination} holds {', '.join(foreign)}, which no export writes: --overwrite true replaces"
+            " the whole folder; choose another --output_dir"
+        )
 
 
 class ProjectTrainer(pl.Trainer):
@@ -74,10 +97,10 @@ class ProjectTrainer(pl.Trainer):
             datamodule: The data; its first predict batch (else the model's ``example_input_array``) is traced
                 and used to compare outputs.
             ckpt_path: The weights to export: ``best``, ``last`` or a checkpoint file.
-            output_dir: Where the files go; ``null`` means the ``export`` folder of the run that wrote the
-                checkpoint (next to its ``checkpoints`` folder).
-            overwrite: Replace files an earlier export left in ``output_dir``; without it they are kept and the
-                command stops.
+            output_dir: The export's folder, written whole (a failed export leaves none); ``null`` means the
+                ``export`` folder of the run that wrote the checkpoint (next to its ``checkpoints`` folder).
+            overwrite: Replace an earlier export in ``output_dir``, the whole folder; without it the folder is kept and
+                the command stops. A folder holding files that no export writes is never replaced.
             formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
             atol: Largest absolute difference from the eager outputs that an exported file may show.
             max_samples: Samples of the first predict batch used to trace and compare (at least 2).
@@ -89,13 +112,7 @@ class ProjectTrainer(pl.Trainer):
         check_formats(formats)
         path = resolve_ckpt_path(ckpt_path, self.default_root_dir)  # the CLI made `best`/`last` a file already
         destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
-        if destination.exists() and not destination.is_dir():
-            raise BadInputError(f"output_dir: {destination} is a file, not a folder")
-        if not overwrite and (earlier := [name for name in FILE_NAMES.values() if (destination / name).exists()]):
-            raise BadInputError(
-                f"output_dir: {destination} already holds {', '.join(earlier)} from an earlier export: pass"
-                " --overwrite true to replace them, or another --output_dir"
-            )
+        check_export_dir(destination, overwrite)
         model.load_state_dict(read_checkpoint(path)["state_dict"])
         exported = export_model(model, example_batch(model, datamodule, max_samples), destination, formats, atol)
         print(format_report(exported))
@@ -112,6 +129,7 @@ class ProjectTrainer(pl.Trainer):
         early_stop_threshold: float | None = 4.0,
         lr_key: str | None = None,
         output: str | None = None,
+        overwrite: bool = False,
         width: int = 60,
         height: int = 12,
     ) -> Found:
@@ -119,7 +137,7 @@ class ProjectTrainer(pl.Trainer):
 
         Prints the loss against the LR (the suggestion marked ``o``) and the suggestion; writes
         ``<run directory>/lr_find.yaml`` (stack it: ``fit -c <configs> -c <that file>``) and, with matplotlib
-        installed, ``lr_find.png``. Nothing is trained: the model is restored after the test.
+        installed, the plot next to it (``lr_find.png``). Nothing is trained: the model is restored after the test.
 
         Args:
             model: The model, with its optimizer, from the config.
@@ -132,6 +150,7 @@ class ProjectTrainer(pl.Trainer):
             lr_key: Config key the preset sets; ``null``: the one key under ``model`` named ``lr`` or
                 ``learning_rate`` (e.g. ``model.init_args.optimizer.init_args.lr``).
             output: Path of the preset; ``null``: ``<run directory>/lr_find.yaml``.
+            overwrite: Replace the preset (and its plot) if it exists; without it the command stops and keeps them.
             width: Columns of the plot.
             height: Rows of the plot.
         """
@@ -146,6 +165,7 @@ class ProjectTrainer(pl.Trainer):
             early_stop_threshold=early_stop_threshold,
             lr_key=lr_key,
             output=output,
+            overwrite=overwrite,
             width=width,
             height=height,
         )
@@ -162,6 +182,7 @@ class ProjectTrainer(pl.Trainer):
         margin: float = 0.05,
         batch_size_key: str | None = None,
         output: str | None = None,
+        overwrite: bool = False,
     ) -> Found:
         """Finds the largest batch size whose training steps fit in memory and writes it as a preset.
 
@@ -180,6 +201,7 @@ class ProjectTrainer(pl.Trainer):
             batch_size_key: Config key the preset sets; ``null``: the one key under ``data`` named ``batch_size``
                 (e.g. ``data.init_args.batch_size``); the datamodule attribute of that name is scaled.
             output: Path of the preset; ``null``: ``<run directory>/batch_size_find.yaml``.
+            overwrite: Replace the preset if it exists; without it the command stops and keeps it.
         """
         return batch_size_find(
             self,
@@ -193,4 +215,5 @@ class ProjectTrainer(pl.Trainer):
             margin=margin,
             batch_size_key=batch_size_key,
             output=output,
+            overwrite=overwrite,
         )

@@ -36,7 +36,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
     the file on disk keeps its last finite state. Remote paths (``s3://...``) keep Lightning's fsspec transaction.
+    Each function in ``saved`` is called with the path once a checkpoint is on disk (``provenance.py`` writes the
+    run's progress then).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[Callable[[Path], None]] = []
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
         if bad := nonfinite_in_checkpoint(checkpoint):
@@ -46,8 +52,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             )
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        atomic_save(checkpoint, Path(path))
+        else:
+            atomic_save(checkpoint, Path(path))
+        for listener in self.saved:
+            listener(Path(path))
 
     def load_checkpoint(
         self,
@@ -82,7 +90,24 @@ def atomic_save(obj: object, path: Path) -> None:
             partial.unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise CheckpointWriteError(f"cannot write checkpoint {path}: {error}") from error
+        if (reason := _failed_write(error)) is not None:
+            raise CheckpointWriteError(f"cannot write checkpoint {path}: {reason}") from error
         raise
+
+
+def _failed_write(error: BaseException) -> str | None:
+    """Why ``torch.save`` failed to write, if it did: its file writer reports a full disk as ``RuntimeError("[enforce
+    fail at inline_container.cc:...] unexpected pos ...")``, the ``OSError`` from the file (if any) as its context."""
+    if not isinstance(error, RuntimeError):
+        return None
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, OSError):
+            return str(cause)
+        cause = cause.__context__
+    if "inline_container" in str(error) or "PytorchStreamWriter" in str(error):
+        return f"{str(error).strip().splitlines()[0]} (is the disk full?)"
+    return None
 
 
 def remove_abandoned(path: Path, max_age_s: float = 24 * 3600) -> None:

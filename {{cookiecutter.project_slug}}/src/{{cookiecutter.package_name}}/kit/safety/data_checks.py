@@ -6,14 +6,36 @@ checks are vectorised over chunks of samples, so they run by default (timings in
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import Tensor
 
 _CHUNK = 8192  # samples checked at once: bounds the temporary memory for large sets
+# How torch re-raises a DataLoader worker's error in the main process: the class is built again from this text.
+_FROM_WORKER = re.compile(r"Caught (\w+) (in DataLoader worker process \d+)\.\nOriginal Traceback")
 
 
 class InvalidDataError(ValueError):
-    """A dataset split holds a sample the model cannot train on; the message names the split and index."""
+    """A dataset split holds a sample the model cannot train on; the message names the split and index (or file).
+
+    Raised in a DataLoader worker, torch re-raises it in the main process with the message "Caught InvalidDataError
+    in DataLoader worker process 0." and the worker's traceback: the original message comes first again here, so
+    the command's one ``error:`` line still names the sample.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(_original_first(str(message)))
+
+
+def _original_first(message: str) -> str:
+    """A worker's error as torch re-raises it: the original message (the last ``<Class>: ...`` of the traceback,
+    after any chained causes), then which worker; any other message as it is."""
+    found = _FROM_WORKER.match(message)
+    if found is None:
+        return message
+    starts = list(re.finditer(rf"^(?:[\w.]+\.)?{found[1]}: ", message, re.M))
+    return f"{message[starts[-1].end() :].strip()} ({found[2]})" if starts else message
 
 
 def check_samples(split: str, images: Tensor, labels: Tensor, num_classes: int, sample_shape: tuple[int, ...]) -> None:

@@ -7,11 +7,13 @@ The command line is ``fit``'s (the default config first, then ``-c`` files and f
 
 The search directory is ``<trainer.default_root_dir>/<run.experiment>/<run.name or "search">/``: the study's
 journal, ``base.yaml`` (the ``fit`` config every trial starts from), a ``trial-<n>/`` run per trial and
-``best.yaml``. The same command run again continues the study; ``--run.name`` starts another.
+``best.yaml``. The same command run again continues the study; ``--run.name`` starts another. A study uses only the
+trial folders it made (each holds ``study.yaml`` with the study's id).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -19,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -32,14 +35,15 @@ from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
 from ..command.project import Project
+from ..command.runs import is_run
 from ..command.trackers import PARENT_RUN_ENV
 from ..safety.checkpoints import guessed_mode
 from ..safety.signals import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
-from .storage import JOURNAL, shown
+from .storage import JOURNAL, exclusive, shown, study_exists
 from .tracking import study_run
-from .trial import trial_dir
+from .trial import MARK, trial_dir
 from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker, spawned_worker
 
 
@@ -119,7 +123,7 @@ def main(args: list[str], project: Project) -> None:
     try:
         plan = make_plan(cli.parser, cli.config, project)
         base = _fit_config(cli.parser, cli.config)
-        study, storage = _start_study(plan, base)
+        study, storage, plan = _start_study(plan, base)
         parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
     except ValueError as error:  # SpaceError included
         print(f"error: {error}", file=sys.stderr, flush=True)
@@ -198,23 +202,51 @@ def _fit_config(parser: LightningArgumentParser, config: Namespace) -> str:
     )
 
 
-def _start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
-    """Creates the study, or joins it when its space, metric and ``base`` config are this command's."""
+def _start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.BaseStorage, Plan]:
+    """Creates the study, or joins it when its space, metric and ``base`` config are this command's.
+
+    A new study never takes over trial folders it finds in the search directory (an earlier study's, whose journal
+    is gone or lives in another storage), and a fit run's folder is never a search's: both are refused before
+    anything is written. Returns the plan with the study's id, which marks the trial folders it makes.
+    """
+    where = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL
+    if is_run(plan.search_dir):
+        raise ValueError(
+            f"run.name: {plan.search_dir} is a fit run, not a search's folder: give the search another --run.name"
+        )
+    found = sorted(path.name for path in plan.search_dir.glob("trial-*") if path.is_dir())
+    if found and not study_exists(plan.storage, plan.search_dir, plan.study_name):
+        raise ValueError(
+            f"{plan.search_dir} holds trial folders of another study ({', '.join(found)}): this study ({where}) did"
+            " not make them; give the search another --run.name, or move them away"
+        )
     fit = yaml.safe_load(base)
     fit.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
     identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": fit}
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
     study, storage = plan.open_study()
-    known = study.user_attrs.get("fingerprint")
-    if known is None:
-        study.set_user_attr("fingerprint", fingerprint)
-    elif known != fingerprint:
-        raise ValueError(
-            f"study {plan.study_name!r} in {shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL} was"
-            " started with another space,"
-            " metric or fit config; give this search another --run.name"
-        )
-    return study, storage
+    with exclusive(storage, plan.study_name):  # workers that start together agree on one id
+        known = study.user_attrs.get("fingerprint")
+        if known is None:
+            study.set_user_attr("fingerprint", fingerprint)
+        elif known != fingerprint:
+            raise ValueError(
+                f"study {plan.study_name!r} in {where} was started with another space, metric or fit config; give"
+                " this search another --run.name"
+            )
+        if (uid := study.user_attrs.get("uid")) is None:
+            uid = uuid.uuid4().hex
+            study.set_user_attr("uid", uid)
+            _adopt_own_trials(plan, study, uid)
+    return study, storage, dataclasses.replace(plan, study_uid=uid)
+
+
+def _adopt_own_trials(plan: Plan, study: optuna.Study, uid: str) -> None:
+    """Marks the trial folders of a study that a version without marks started (its trials are in the study)."""
+    for trial in study.get_trials(deepcopy=False):
+        folder = trial_dir(plan.search_dir, trial.system_attrs.get("failed_trial", trial.number))
+        if folder.is_dir() and not (folder / MARK).exists():
+            (folder / MARK).write_text(f"study: {uid}\n")
 
 
 def _run_workers(plan: Plan, workers: int) -> int:

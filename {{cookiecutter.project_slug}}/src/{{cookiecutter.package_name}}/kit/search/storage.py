@@ -14,7 +14,9 @@ it resumes from its ``last.ckpt``. Optuna 5 has heartbeats for ``RDBStorage`` on
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import socket
 import threading
 import time
@@ -77,16 +79,29 @@ def open_storage(
 ) -> optuna.storages.BaseStorage:
     """The journal file in ``search_dir`` (``storage: null``) or at a path, or the database at a URL.
 
-    Raises ``ValueError`` when the database cannot be reached.
+    Raises ``ValueError`` naming the storage when it cannot be used: a journal path that is a folder or holds
+    something else than an Optuna journal, a URL of a database without a driver here, a database that cannot be
+    reached. Nothing is written then.
     """
     if storage is None or "://" not in storage:
         path = Path(storage or search_dir / JOURNAL)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return HeartbeatJournalStorage(path, heartbeat_interval, grace_period)
+        named = f"--storage {storage}" if storage else str(path)
+        if path.is_dir():
+            raise ValueError(f"{named}: a folder, not a journal file: give a file's path, e.g. {path / JOURNAL}")
+        if path.is_file():
+            check_journal(path, named)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return HeartbeatJournalStorage(path, heartbeat_interval, grace_period)
+        except OSError as error:
+            raise ValueError(f"{named}: cannot write {path}: {error.strerror or error}") from None
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+    from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 
-    url = make_url(storage)
+    try:
+        url = make_url(storage)
+    except ArgumentError as error:
+        raise ValueError(f"--storage {shown(storage)}: not a database URL ({error}); {_STORAGES}") from None
     if url.drivername == "postgresql":  # the driver the `search` extra installs, whatever SQLAlchemy's default
         url = url.set(drivername="postgresql+psycopg")
     for attempt in range(5):
@@ -98,6 +113,14 @@ def open_storage(
                 heartbeat_stale_trial_callback=retry,
                 engine_kwargs={"pool_pre_ping": True},
             )
+        except NoSuchModuleError:
+            raise ValueError(
+                f"--storage {shown(storage)}: no database driver for '{url.drivername}'; {_STORAGES}"
+            ) from None
+        except ImportError as error:  # SQLAlchemy knows the database, its Python driver is not installed
+            raise ValueError(
+                f"--storage {shown(storage)}: the driver of '{url.drivername}' is not installed ({error}); {_STORAGES}"
+            ) from None
         except OperationalError as error:
             reason = str(error.orig).strip().splitlines()[0] if error.orig else type(error).__name__
             raise ValueError(f"--storage {shown(storage)}: cannot connect ({reason})") from None
@@ -110,13 +133,52 @@ def open_storage(
     raise AssertionError("unreachable")
 
 
+def study_exists(storage: str | None, search_dir: Path, study_name: str) -> bool:
+    """Whether the storage holds the study already; reads only (a journal that does not exist is not created)."""
+    if storage is None or "://" not in storage:
+        path = Path(storage or search_dir / JOURNAL)
+        if not path.is_file():
+            return False
+        check_journal(path, f"--storage {storage}" if storage else str(path))
+        opened: optuna.storages.BaseStorage = JournalStorage(JournalFileBackend(str(path)))
+    else:
+        opened = open_storage(storage, search_dir, heartbeat_interval=10, grace_period=60)
+    return any(study.study_name == study_name for study in opened.get_all_studies())
+
+
+def check_journal(path: Path, named: str) -> None:
+    """Raises ``ValueError`` naming ``path`` and the line unless it reads as an Optuna journal: one JSON object per
+    line (the last line may be half-written: Optuna waits for its writer to finish it)."""
+    try:
+        with open(path, "rb") as file:
+            lines = file.read().split(b"\n")[:-1]  # complete lines only
+    except OSError as error:
+        raise ValueError(f"{named}: cannot read {path}: {error.strerror or error}") from None
+    for number, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            reason = error.msg if isinstance(error, json.JSONDecodeError) else "not UTF-8 text"
+            raise ValueError(f"{named}: not an Optuna journal (line {number}: {reason}); {_NEW_STUDY}") from None
+        if not isinstance(entry, dict) or "op_code" not in entry:
+            raise ValueError(f"{named}: not an Optuna journal (line {number}: no op_code); {_NEW_STUDY}")
+
+
+_STORAGES = "give a journal file's path, or postgresql://user:password@host:5432/db"
+_NEW_STUDY = "move it away, or start another study with another --run.name or --storage"
+
+
 def shown(storage: str | None) -> str:
     """``storage`` as messages show it: a URL without its password."""
     if storage is None or "://" not in storage:
         return str(storage)
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
-    return make_url(storage).render_as_string(hide_password=True)
+    try:
+        return make_url(storage).render_as_string(hide_password=True)
+    except ArgumentError:  # not a URL SQLAlchemy reads: mask what looks like a password
+        return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", storage)
 
 
 @contextlib.contextmanager

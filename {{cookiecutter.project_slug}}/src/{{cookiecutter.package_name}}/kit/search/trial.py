@@ -1,7 +1,8 @@
 """One trial: a normal ``fit`` of the search's config plus the trial's values, in the trial's own run directory.
 
-The trial directory is ``<search directory>/trial-<number>/`` (config, checkpoints, TensorBoard events, and
-``fit.log`` with everything the run printed). A retried trial keeps its first number's directory and resumes
+The trial directory is ``<search directory>/trial-<number>/`` (config, checkpoints, TensorBoard events,
+``fit.log`` with everything the run printed, and ``study.yaml`` naming the study that made it: no other study
+ever uses it). A retried trial keeps its first number's directory and resumes
 from its ``last.ckpt``, so a killed or preempted trial continues exactly where it stopped.
 """
 
@@ -16,11 +17,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
+import yaml
 
 from ..command.bad_input import BadInputError
 from ..command.cli import ProjectCLI, build_cli, refusal
 from ..command.project import Project
 from .monitor import TrialMonitor
+
+MARK = "study.yaml"
+"""The file that says which study made a trial folder."""
 
 
 class TrialRefusedError(Exception):
@@ -61,9 +66,28 @@ def trial_dir(search_dir: Path, number: int) -> Path:
     return search_dir / f"trial-{number:03d}"
 
 
+def claim(run_dir: Path, study_uid: str) -> None:
+    """Makes ``run_dir`` as the study ``study_uid``'s trial folder, or checks it is that study's.
+
+    A folder this study did not make (an earlier study's, whose journal is gone or lives in another storage) is
+    never used: a retry would resume its ``last.ckpt`` with this study's values. Raises ``TrialRefusedError``.
+    """
+    mark = run_dir / MARK
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        owner = yaml.safe_load(mark.read_text()) if mark.is_file() else None
+        if not isinstance(owner, dict) or owner.get("study") != study_uid:
+            raise TrialRefusedError(
+                f"{run_dir} was made by another study: move it away, or give this search another --run.name"
+            ) from None
+        return
+    mark.write_text(f"# The search study whose trial this folder is (see kit/search/trial.py).\nstudy: {study_uid}\n")
+
+
 def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: TrialMonitor, project: Project) -> None:
     """Runs ``fit -c base_config *flags`` into ``run_dir`` (from its ``last.ckpt`` if it has one: a retried
-    trial), output to ``run_dir/fit.log``."""
+    trial), output to ``run_dir/fit.log``. ``claim`` made the folder."""
     args = [
         "fit",
         f"--config={base_config}",
@@ -74,7 +98,6 @@ def fit_trial(base_config: Path, flags: list[str], run_dir: Path, monitor: Trial
         # `last` starts the trial when there is nothing to resume (its folder holds fit.log already), else resumes.
         "--ckpt_path=last",
     ]
-    run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "fit.log"
     try:
         with output_to(log):

@@ -35,7 +35,7 @@ from . import storage as storages
 from .monitor import MetricNotLoggedError, TrialMonitor
 from .report import counted, progress_line
 from .space import Dimension
-from .trial import TrialRefusedError, fit_trial, trial_dir
+from .trial import TrialRefusedError, claim, fit_trial, trial_dir
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Plan:
     grace_period: int
     optuna_config: dict[str, Any]  # `sampler` and `pruner` as given (class paths), built in each worker
     project: Project  # the project's links and starting configs, for each trial's `fit`
+    study_uid: str = ""  # the study's own id (its `uid` attribute), marked in each trial folder it makes
 
     def open_study(self) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
         """The study (created by the first worker to get here) with this worker's own sampler and pruner."""
@@ -170,6 +171,7 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
     trial.set_user_attr("torch_threads", torch.get_num_threads())  # float sums, and so results, depend on it
     try:
         flags = [dimension.flag(values[dimension.key]) for dimension in plan.space]
+        claim(run_dir, plan.study_uid)
         with storages.heartbeat(storage, trial._trial_id):
             fit_trial(plan.base_config, flags, run_dir, monitor, plan.project)
     except NonFiniteError as error:  # this configuration diverges: a result, not a fault of the search

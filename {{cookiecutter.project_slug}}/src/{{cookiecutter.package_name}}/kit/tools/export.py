@@ -3,11 +3,17 @@
 Both take one input batch ``(B, ...)`` (the model's ``forward`` argument, float32) with a dynamic batch size
 and return what ``forward`` returns (e.g. logits). ONNX needs the optional ``export`` extra (onnx,
 onnxscript for torch's exporter, onnxruntime for the check).
+
+An export is one folder, written whole: every file goes to a temporary folder next to it, is checked against
+eager there, and the folder then takes the export folder's place (an earlier export in it is replaced as a whole).
+A failed export leaves nothing behind, and never a file that did not pass its check.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +25,7 @@ from torch import Tensor
 
 FORMATS = ("torch_export", "onnx")
 FILE_NAMES = {"torch_export": "model.pt2", "onnx": "model.onnx"}
+WRITTEN = {*FILE_NAMES.values(), "model.onnx.data"}  # every file an export writes (ONNX keeps its weights beside it)
 ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
 
 
@@ -63,7 +70,7 @@ def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule 
             count += len(inputs)
             if count >= max_samples:
                 break
-        inputs = torch.cat(parts) if parts else torch.empty(0)
+        inputs = torch.cat(parts) if parts else torch.zeros(0)
     else:
         batch = model.example_input_array
         inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
@@ -76,16 +83,48 @@ def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule 
 def export_model(
     model: pl.LightningModule, inputs: Tensor, output_dir: Path, formats: Sequence[str], atol: float
 ) -> list[Exported]:
-    """Writes ``model`` in each format to ``output_dir`` and checks it reproduces ``model(inputs)`` within ``atol``.
+    """Writes ``model`` in each format, checks each reproduces ``model(inputs)`` within ``atol``, then puts the files
+    in ``output_dir`` at once, replacing what an earlier export left there (see the module).
 
     Raises:
-        RuntimeError: An exported file's outputs differ from eager by more than ``atol``.
+        RuntimeError: An exported file's outputs differ from eager by more than ``atol`` (nothing is written).
     """
     check_formats(formats)
+    output_dir = output_dir.absolute()
+    staging = output_dir.with_name(f".{output_dir.name}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a process of this pid that was killed
+    staging.mkdir(parents=True)
+    try:
+        exported = _export_checked(model, inputs, staging, formats, atol)
+        replace_folder(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return [Exported(item.format, output_dir / item.path.name, item.max_abs_error) for item in exported]
+
+
+def replace_folder(source: Path, target: Path) -> None:
+    """Moves folder ``source`` to ``target``; a ``target`` that exists is moved aside first and removed after."""
+    if not target.exists():
+        os.rename(source, target)
+        return
+    aside = target.with_name(f".{target.name}.{os.getpid()}.replaced")
+    os.rename(target, aside)
+    try:
+        os.rename(source, target)
+    except BaseException:
+        os.rename(aside, target)  # the earlier export stays as it was
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _export_checked(
+    model: pl.LightningModule, inputs: Tensor, output_dir: Path, formats: Sequence[str], atol: float
+) -> list[Exported]:
+    """Writes ``model`` in each format into ``output_dir``, each file checked against the eager outputs."""
     model = model.cpu().eval()
     with torch.no_grad():
         expected = model(inputs)
-    output_dir.mkdir(parents=True, exist_ok=True)
     batch = torch.export.Dim("batch")
     dynamic_shapes = ({0: batch},)
     exported = []

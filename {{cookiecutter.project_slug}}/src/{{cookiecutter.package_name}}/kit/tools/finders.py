@@ -15,10 +15,16 @@ of the loss against log10(LR), not against the LR as in Lightning 2.6 (lightning
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,9 +35,15 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.tuner import Tuner
 from lightning.pytorch.tuner.lr_finder import _LRFinder
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+from ..lightning_internals import request_stop
+from ..safety.signals import STOP, STOPS, exit_code
 
 LR_NAMES = ("lr", "learning_rate")
+MIN_STEPS = 13  # the suggestion skips the first 10 and the last step, and compares at least 2
 BATCH_SIZE_NAMES = ("batch_size",)
 PACKAGE = (__package__ or "package").split(".")[0]
 
@@ -58,29 +70,45 @@ def lr_find(
     early_stop_threshold: float | None,
     lr_key: str | None,
     output: str | None,
+    overwrite: bool,
     width: int,
     height: int,
 ) -> Found:
     """Runs Lightning's LR range test, prints the loss curve and the suggestion, writes the preset and a PNG.
 
-    A bad ``lr_key`` exits 2 before anything runs; a test with no suggestion (too few finite losses) exits 1.
+    A bad ``lr_key``, LR bounds or step count, or a preset that exists (without ``overwrite``) exits 2 before anything
+    runs; a test with no suggestion (too few finite losses) exits 1; a stop signal during the test exits 128 + its
+    number, with nothing written.
     """
     parser, config = command_config(trainer)
     key = _key_or_exit(parser, config, lr_key, "model", LR_NAMES, "lr_key")
+    if not min_lr > 0:  # the exponential mode divides by it; a negative LR is no LR
+        parser.error(f"min_lr must be > 0, got {min_lr:g}: e.g. --min_lr 1e-8")
+    if not max_lr > min_lr:
+        parser.error(f"max_lr ({max_lr:g}) must be above min_lr ({min_lr:g}): swap them")
+    if num_training < MIN_STEPS:
+        parser.error(
+            f"num_training must be >= {MIN_STEPS} (the suggestion skips the first 10 steps and the last), got"
+            f" {num_training}: e.g. 100"
+        )
+    run_dir = Path(trainer.log_dir or ".")
+    preset = Path(output or run_dir / "lr_find.yaml")
+    _refuse_existing(parser, [preset, preset.with_suffix(".png")], overwrite)
     # The test takes its own number of steps, whatever the configured run's length: lift the epoch limit that
     # would end it early, and size the configured schedule (which the finder replaces) to the test.
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = num_training
-    finder = Tuner(trainer).lr_find(
-        model,
-        datamodule=datamodule,
-        min_lr=min_lr,
-        max_lr=max_lr,
-        num_training=num_training,
-        mode=mode,
-        early_stop_threshold=early_stop_threshold,
-        update_attr=False,
-    )
+    with stopped_by_signals(trainer, "the LR range test"):
+        finder = Tuner(trainer).lr_find(
+            model,
+            datamodule=datamodule,
+            min_lr=min_lr,
+            max_lr=max_lr,
+            num_training=num_training,
+            mode=mode,
+            early_stop_threshold=early_stop_threshold,
+            update_attr=False,
+        )
     assert finder is not None, "Lightning skips the finder only under fast_dev_run, refused above"
     lrs, losses = finder.results["lr"], finder.results["loss"]
     best = steepest_descent(lrs, losses, log_x=mode == "exponential")
@@ -90,11 +118,10 @@ def lr_find(
         print(text_plot(lrs, losses, best, width, height, log_x=mode == "exponential"))
     if best is None:
         raise SystemExit("error: the LR range test gave no suggestion (too few finite losses): raise --num_training")
-    run_dir = Path(trainer.log_dir or ".")
-    found = Found(key, config.get(key), float(f"{lrs[best]:.3g}"), Path(output or run_dir / "lr_find.yaml"))
+    found = Found(key, config.get(key), float(f"{lrs[best]:.3g}"), preset)
     if trainer.is_global_zero:
-        write_preset(found, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss")
-        png = save_lr_plot(finder, best, run_dir / "lr_find.png")
+        write_preset(found, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss", overwrite)
+        png = save_lr_plot(finder, best, preset.with_suffix(".png"))
         print(f"suggested {key}: {found.value:g} (configured: {found.configured:g})")
         print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
         print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
@@ -114,9 +141,11 @@ def batch_size_find(
     margin: float,
     batch_size_key: str | None,
     output: str | None,
+    overwrite: bool,
 ) -> Found:
     """Runs Lightning's batch-size scaling on the datamodule's attribute that ``batch_size_key`` names, prints the
-    size found (on a CPU: that it only bounds memory) and writes the preset. A bad key exits 2 before anything runs.
+    size found (on a CPU: that it only bounds memory) and writes the preset. A bad key, or a preset that exists
+    (without ``overwrite``), exits 2 before anything runs; a stop signal exits 128 + its number, with nothing written.
     """
     parser, config = command_config(trainer)
     key = _key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
@@ -127,13 +156,16 @@ def batch_size_find(
         parser.error(f"--batch_size_key {key}: {type(datamodule).__name__} has no attribute `{attribute}` to scale")
     if lightning_hasattr(model, attribute):  # Lightning looks at the model first and would scale the model's
         parser.error(f"{type(model).__name__} has `{attribute}` too: the finder would scale it, not the data's")
+    preset = Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml")
+    _refuse_existing(parser, [preset], overwrite)
     # As in `lr_find`: each trial runs its own number of steps, whatever the configured run's length.
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = steps_per_trial
     finder = _BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, attribute, margin, max_val)
     finder._early_exit = True  # `fit` ends once the search is done, as in Lightning's Tuner.scale_batch_size
     trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]
-    trainer.fit(model, datamodule=datamodule)
+    with stopped_by_signals(trainer, "the batch size search"):
+        trainer.fit(model, datamodule=datamodule)
     size = finder.optimal_batch_size
     assert size is not None, "Lightning skips the finder only under fast_dev_run, refused above"
     print(f"batch size scaling ({mode}) from {init_val}: {size}")
@@ -143,8 +175,8 @@ def batch_size_find(
             f" process first), so {size} is where the search stopped (max_val {max_val}, max_trials {max_trials}"
             " or the training set's size), not a measured limit; choose the batch size for speed and accuracy"
         )
-    found = Found(key, config.get(key), size, Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml"))
-    write_preset(found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling")
+    found = Found(key, config.get(key), size, preset)
+    write_preset(found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling", overwrite)
     print(f"{key}: {size} (configured: {found.configured})")
     print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
     return found
@@ -222,13 +254,65 @@ def _key_or_exit(
         parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
 
 
-def write_preset(found: Found, header: str) -> None:
-    """Writes ``found.preset``: ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment."""
+def _refuse_existing(parser: ArgumentParser, paths: list[Path], overwrite: bool) -> None:
+    """Exits 2 naming the first of ``paths`` that exists, unless ``overwrite``: a finder never replaces a file
+    silently (a preset of the user's, an earlier answer)."""
+    if overwrite:
+        return
+    if existing := next((path for path in paths if path.exists()), None):
+        parser.error(f"output: {existing} exists: pass --overwrite true to replace it, or another --output")
+
+
+def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
+    """Writes ``found.preset``: ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment.
+
+    A file that exists is replaced only with ``overwrite`` (whole: written next to it, then renamed over it).
+    """
     tree: Any = found.value
     for part in reversed(found.key.split(".")):
         tree = {part: tree}
     found.preset.parent.mkdir(parents=True, exist_ok=True)
-    found.preset.write_text(f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False))
+    text = f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False)
+    if not overwrite:
+        with open(found.preset, "x") as file:  # exists since the check: another process wrote it; it stays
+            file.write(text)
+        return
+    partial = found.preset.with_name(f".{found.preset.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    os.replace(partial, found.preset)
+    found.preset.with_suffix(".png").unlink(missing_ok=True)  # an earlier plot, which may not be replaced
+
+
+@contextlib.contextmanager
+def stopped_by_signals(trainer: pl.Trainer, what: str) -> Iterator[None]:
+    """Stops a tuner's run at the next batch on SIGTERM, SIGUSR1, SIGHUP or Ctrl-C and exits with the signal's code.
+
+    Lightning's tuners train in a loop of their own, without the run's callbacks, so the kit's ``Preemption`` never
+    sees the signal (the test ran to its end, wrote the preset and exited 0). Stopped, Lightning restores the model
+    from its hidden checkpoint (``.lr_find_*.ckpt``, ``.scale_batch_size_*.ckpt``) and deletes it; nothing is written.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.getsignal(signum) for signum in STOPS} if main else {}
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        handler = previous.get(signum)
+        if callable(handler):
+            handler(signum, frame)  # the command's own handler: it records the signal and says so
+        request_stop(trainer)
+
+    for signum in previous:
+        signal.signal(signum, stop)
+    try:
+        if STOP.pending is not None:  # came while the command set up
+            request_stop(trainer)
+        yield
+    except SIGTERMException:
+        signum = STOP.consume() or signal.SIGTERM
+        rank_zero_info(f"{signal.Signals(signum).name}: {what} stopped; nothing written")
+        raise SystemExit(exit_code(signum)) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_again(config: Namespace, preset: Path) -> str:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import csv
+import itertools
+import os
+import pickle
+import re
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 from torch.utils.data import Dataset
+
+FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"  # as run folders are named
 
 
 class TensorFiles(Dataset[Tensor]):
@@ -33,7 +41,7 @@ class TensorFiles(Dataset[Tensor]):
             raise ValueError(f"predict_path {str(path)!r} does not exist")
         images, self.sources = [], []
         for file in files:
-            tensor = torch.load(file, map_location="cpu", weights_only=True)
+            tensor = _load(file)
             if not isinstance(tensor, Tensor):
                 raise ValueError(f"{file} holds a {type(tensor).__name__}, not a tensor")
             stacked = tensor.unsqueeze(0) if tensor.dim() == len(shape) else tensor  # (N, C, H, W)
@@ -57,23 +65,67 @@ class TensorFiles(Dataset[Tensor]):
         return self.images[index]  # (C, H, W)
 
 
+def _load(file: Path) -> Any:
+    """``torch.load(file, weights_only=True)``, its refusal of a pickled object or a damaged file as one line."""
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:  # torch's message: ~10 lines, the refused global on one of them
+        refused = re.search(r"(Unsupported global: GLOBAL [\w.]+|Unsupported operand \d+)", str(error))
+        reason = refused[1] if refused else str(error).strip().splitlines()[-1]
+        raise ValueError(
+            f"{file}: torch.load(weights_only=True) refuses it: {reason}; save the tensor alone:"
+            " torch.save(images, path)"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ValueError(f"{file}: not a file torch.save wrote ({str(error).strip().splitlines()[0]})") from None
+
+
 class PredictionWriter(BasePredictionWriter):
     """Writes what ``predict_step`` returns: ``predictions.pt`` (outputs, indices, sources) and ``predictions.csv``.
 
-    The CSV has a row per input: its ``index`` and ``source`` (the dataset's ``sources`` if it has them), then,
-    for outputs of several values per input (e.g. class probabilities), ``argmax`` and ``max``, then every value
-    (``output_0``, ...). Lightning's ``BasePredictionWriter`` leaves the writing to subclasses. Each process of a
-    multi-process run writes its own share (``predictions.rank<r>.*``).
+    Each ``predict`` writes into a new folder, ``<run directory>/predictions/<start time>/``, so earlier predictions
+    are never overwritten; a folder named by ``output_dir`` is used only while empty. The CSV has a row per input:
+    its ``index`` and ``source`` (the dataset's ``sources`` if it has them), then, for outputs of several values per
+    input (e.g. class probabilities), ``argmax`` and ``max``, then every value (``output_0``, ...). Lightning's
+    ``BasePredictionWriter`` leaves the writing to subclasses. Each process of a multi-process run writes its own
+    share (``predictions.rank<r>.*``).
     """
 
     def __init__(self, output_dir: str | None = None) -> None:
         """Configures the writer.
 
         Args:
-            output_dir: Folder of the files; ``null`` means ``<run directory>/predictions``.
+            output_dir: Folder of the files, new or empty; ``null`` means a new folder for each ``predict``,
+                ``<run directory>/predictions/<start time>``.
         """
         super().__init__(write_interval="epoch")
         self.output_dir = output_dir
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Before the first batch, so that a folder that cannot take the files stops the command (exit 2) at once.
+        folder = Path(self.output_dir) if self.output_dir is not None else self._parent(trainer)
+        if self.output_dir is not None and folder.is_dir() and (held := sorted(p.name for p in folder.iterdir())):
+            raise ValueError(
+                f"output_dir: {folder} already holds {', '.join(held)}: give an empty or new folder, or null (a new"
+                " folder under the run's predictions/)"
+            )
+        existing = next(path for path in (folder, *folder.parents) if path.exists())
+        if not existing.is_dir():
+            raise ValueError(f"output_dir: {existing} is a file, not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"output_dir: cannot write in {existing} (permission denied)")
+
+    def _parent(self, trainer: pl.Trainer) -> Path:
+        return Path(trainer.log_dir or ".") / "predictions"
+
+    def _folder(self, trainer: pl.Trainer) -> Path:
+        """The folder this command writes into, created now; one for all processes (rank 0 names it)."""
+        if self.output_dir is not None:
+            folder = Path(self.output_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder
+        folder = new_folder(self._parent(trainer)) if trainer.is_global_zero else None
+        return Path(trainer.strategy.broadcast(str(folder)))
 
     def write_on_epoch_end(
         self,
@@ -88,8 +140,7 @@ class PredictionWriter(BasePredictionWriter):
         indices = [index for batch in batch_indices[0] for index in batch]  # dataloaders x batches x samples
         sources = getattr(trainer.predict_dataloaders.dataset, "sources", None)
         names = [sources[index] if sources is not None else str(index) for index in indices]
-        folder = Path(self.output_dir or Path(trainer.log_dir or ".") / "predictions")
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self._folder(trainer)
         stem = f"predictions.rank{trainer.global_rank}" if trainer.world_size > 1 else "predictions"
         torch.save({"outputs": outputs, "indices": torch.as_tensor(indices), "sources": names}, folder / f"{stem}.pt")
         values = outputs.reshape(len(outputs), -1)  # (N, K)
@@ -100,3 +151,18 @@ class PredictionWriter(BasePredictionWriter):
             for index, name, row in zip(indices, names, values.tolist(), strict=True):
                 top = [max(range(len(row)), key=row.__getitem__), f"{max(row):.6g}"] if len(row) > 1 else []
                 writer.writerow([index, name, *top, *(f"{value:.6g}" for value in row)])
+        rank_zero_info(f"predictions: {folder}")
+
+
+def new_folder(parent: Path) -> Path:
+    """A new folder in ``parent`` named after the current time (``-2``, ``-3``, ... within the same second)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime(FOLDER_TIME)
+    for number in itertools.count(1):
+        path = parent / (stamp if number == 1 else f"{stamp}-{number}")
+        try:
+            path.mkdir()  # atomic: two commands never share one
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")

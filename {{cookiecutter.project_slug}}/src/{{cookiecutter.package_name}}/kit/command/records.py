@@ -1,0 +1,77 @@
+"""A run's ``provenance.yaml`` read back: the record, or why it is not one (edited by hand, damaged).
+
+A record that is not shaped as ``provenance.RunRecord`` writes it is named once on stderr and treated as absent by
+its readers (``runs``, ``--ckpt_path best|last``); ``RunRecord`` refuses to write over it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FILE = "provenance.yaml"
+
+
+def read_record(run: Path) -> dict[str, Any] | None:
+    """The run's ``provenance.yaml``, or ``None`` if it has none or one that is not a record (said once, on stderr)."""
+    record, problem = _load_record(run)
+    if problem is not None and (run / FILE).absolute() not in _REPORTED:
+        _REPORTED.add((run / FILE).absolute())
+        print(f"warning: {run / FILE}: not a provenance record ({problem}); skipped", file=sys.stderr, flush=True)
+    return record
+
+
+def usable_record(run: Path) -> bool:
+    """Whether ``run`` may be listed, resumed or evaluated by ``best``/``last``: its ``provenance.yaml`` is a record,
+    or it has none. A malformed one is named once on stderr and the run is skipped (see ``runs.runs``)."""
+    return read_record(run) is not None or not (run / FILE).exists()
+
+
+def record_problem(run: Path) -> str | None:
+    """Why the run's ``provenance.yaml`` is not a record (``None``: it is one, or there is none)."""
+    return _load_record(run)[1]
+
+
+_REPORTED: set[Path] = set()  # malformed records already named by this process
+
+
+def _load_record(run: Path) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        record = yaml.safe_load((run / FILE).read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as error:
+        return None, f"unreadable: {error}"
+    except yaml.YAMLError:
+        return None, "not YAML"
+    problem = _shape_problem(record)
+    return (record, None) if problem is None else (None, problem)
+
+
+def _shape_problem(record: object) -> str | None:
+    """What in ``record`` is not shaped as ``RunRecord`` writes it: the values the readers of a record rely on."""
+
+    def kind(value: object) -> str:
+        return type(value).__name__
+
+    if not isinstance(record, dict):
+        return f"expected a mapping, got {kind(record)}"
+    sessions, progress = record.get("sessions") or [], record.get("progress") or {}
+    if not isinstance(sessions, list):
+        return f"sessions: expected a list, got {kind(sessions)}"
+    for index, session in enumerate(sessions):
+        if not isinstance(session, dict):
+            return f"sessions[{index}]: expected a mapping, got {kind(session)}"
+        if not all(isinstance(session.get(key), (str, type(None))) for key in ("started", "status", "host")):
+            return f"sessions[{index}]: started, status and host must be text"
+    if not isinstance(progress, dict):
+        return f"progress: expected a mapping, got {kind(progress)}"
+    best = progress.get("best")
+    if best is not None and not (
+        isinstance(best, dict) and isinstance(best.get("monitor"), str) and isinstance(best.get("value"), (int, float))
+    ):
+        return "progress.best: expected monitor and value"
+    return None
