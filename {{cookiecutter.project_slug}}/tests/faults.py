@@ -169,6 +169,16 @@ class SignalAtEpochEnd(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SleepEachStep(Callback):
+    """Sleeps ``seconds`` after every training batch: a run slow enough for another command to meet it running."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, *args: object) -> None:
+        time.sleep(self.seconds)
+
+
 class NaNInputAtStep(Callback):
     """Puts a NaN into the first input of each batch that starts at global step ``step`` (on process ``rank`` only,
     if given)."""

@@ -41,3 +41,17 @@ def epoch_restarted(trainer: pl.Trainer) -> bool:
     """Whether the epoch now ending is the one a run resumed into, where Lightning skips plateau schedulers
     (``FitLoop.on_advance_end``'s guard from lightning#14702). Loops are not public API."""
     return trainer.fit_loop.restarting
+
+
+class FitKeepsItsModel:
+    """LightningCLI mixin: ``fit --ckpt_path <file>`` builds the model the command names, not the checkpoint's.
+
+    LightningCLI's private ``_parse_ckpt_path`` replaces the command's model arguments with the checkpoint's
+    hyperparameters when ``ckpt_path`` is a file: presets and flags were dropped without a word (issue 15). For
+    ``fit`` the kit compares them instead and refuses a resume that asks for another model (``resume_keys.py``);
+    ``validate``, ``test`` and ``predict`` keep Lightning's way (they evaluate the model the checkpoint holds).
+    """
+
+    def _parse_ckpt_path(self) -> None:
+        if self.config.get("subcommand") != "fit":  # type: ignore[attr-defined]
+            super()._parse_ckpt_path()  # type: ignore[misc]

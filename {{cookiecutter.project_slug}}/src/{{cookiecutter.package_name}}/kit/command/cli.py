@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
+import yaml
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
+from ..lightning_internals import FitKeepsItsModel
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.signals import STOP
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
@@ -42,7 +44,7 @@ from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 PACKAGE = __package__.split(".")[0]
 
 
-class ProjectCLI(LightningCLI):
+class ProjectCLI(FitKeepsItsModel, LightningCLI):
     """LightningCLI with the project's links and starting configs, the safeguards always on, and run folders."""
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
@@ -132,7 +134,11 @@ class ProjectCLI(LightningCLI):
             ckpt_path = session.prepare(
                 self._get(self.config_init, "run"), config, arguments.get("ckpt_path"), self.model
             )
+            if self.subcommand == "fit":
+                dumped = yaml.safe_load(self._parser("fit").dump(self.config["fit"], skip_none=False))
+                session.check_resume(dumped, self.project.links.values(), self.model)
         except ValueError as error:
+            session.release()
             self.parser.error(str(error))
         if self.subcommand and arguments.get("ckpt_path") is not None:
             arguments["ckpt_path"] = ckpt_path  # `best`/`last` resolved to a file

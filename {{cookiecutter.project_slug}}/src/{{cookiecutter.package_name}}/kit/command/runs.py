@@ -4,8 +4,9 @@ A run's folder holds all it writes: ``config.yaml`` (written once, by the ``fit`
 ``provenance.yaml`` (see ``provenance.py``), TensorBoard events, ``checkpoints/``, and what ``predict`` and
 ``export`` produce from its checkpoints. An unnamed run is named after its start time (``2025-01-31_14-03-22``;
 a second one started in the same second gets ``2025-01-31_14-03-22-2``); ``run.name`` names the folder instead.
-Without a name, ``--ckpt_path best|last`` means that file of the newest run of the experiment that has one;
-a path to any run's checkpoint works too, and ``fit`` from a run's checkpoint continues that run in its folder.
+Without a name, ``--ckpt_path best|last`` means that file of the newest run of the experiment that has one; a
+path to any run's checkpoint works too. ``fit --ckpt_path last`` continues that run in its folder; ``fit`` from any
+other checkpoint starts a new run, and leaves the one it came from untouched (``plan_run``).
 """
 
 from __future__ import annotations
@@ -55,29 +56,38 @@ class RunPlan:
     directory: Path | None  # None: no run (a new unnamed one, or a command that uses no run)
     ckpt_path: str | None
     create: bool = False
-    resumed: bool = False  # `fit` continues this run from one of its own checkpoints
+    resumed: bool = False  # `fit` continues this run in place, from its own last.ckpt
+    parent: Path | None = None  # `fit` starts a new run from this run's checkpoint (best, or another run's)
+    name: str | None = None  # the new run's folder name (null: its start time)
 
-    def make(self, name: str | None) -> Path:
+    def make(self) -> Path:
         """Creates the run's folder if the plan says so; returns the folder the command works in."""
         if self.create:
-            self.directory = create_run(self.experiment_dir, name)
+            self.directory = create_run(self.experiment_dir, self.name)
         return self.directory or self.experiment_dir
 
 
 def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None, decides: bool = True) -> RunPlan:
     """Decides which run a command works on, from ``run.name`` and ``--ckpt_path``; writes nothing.
 
+    Only a run's ``last`` continues that run in place (``--ckpt_path last``, or its ``last.ckpt`` by path). ``fit``
+    from any other checkpoint (a run's best, another run's, a search trial's, a file of no run) starts a new run,
+    whose provenance names the parent; the source run is left as it is. With an alias, ``run.name`` names the run
+    it refers to; with a path, the run to write (a new one, unless it is the file's own run).
+
     Raises ``ValueError`` for a checkpoint that does not exist and, where this process ``decides`` (global rank
     0; the others start when it may already have created the run), for a named run that ``fit`` would overwrite.
     """
     experiment_dir = root / run.experiment
     named = experiment_dir / run.name if run.name else None
-    plan = RunPlan(experiment_dir, named, ckpt_path)
+    plan = RunPlan(experiment_dir, named, ckpt_path, name=run.name)
     if ckpt_path in ALIASES:
         filename = f"{ckpt_path}.ckpt"
         owner = named or newest_run(experiment_dir, filename)
         path = owner / CHECKPOINTS / filename if owner else None
         if path is not None and path.is_file():
+            if fitting and ckpt_path != "last":  # fine-tuning from the best: a new run, its parent the owner
+                return RunPlan(experiment_dir, None, str(path), create=True, parent=owner)
             return RunPlan(experiment_dir, owner, str(path), resumed=fitting)
         if not (fitting and ckpt_path == "last"):
             where = path or experiment_dir / "<run>" / CHECKPOINTS / filename
@@ -86,16 +96,19 @@ def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None
         plan.ckpt_path = None
         plan.create = named is None or not named.exists()
         return plan
+    parent = None
     if ckpt_path is not None and ckpt_path not in LIGHTNING_ALIASES:
         if not Path(ckpt_path).is_file():
             raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
         owner = run_of(Path(ckpt_path))
-        if owner is not None and (named is None or named.resolve() == owner.resolve()):
+        own_run = owner is not None and (named is None or named.resolve() == owner.resolve())
+        if own_run and (not fitting or Path(ckpt_path).name == "last.ckpt"):
             return RunPlan(experiment_dir, owner, ckpt_path, resumed=fitting)
         if not fitting:
             plan.directory = owner or named
             return plan
-    if fitting:  # a new run: from scratch, or starting from a checkpoint that is no run's own
+        parent = owner  # a new run from this checkpoint
+    if fitting:  # a new run: from scratch, or starting from a checkpoint
         exists = named is not None and named.exists() and any(named.iterdir())
         if decides and exists and ckpt_path not in LIGHTNING_ALIASES:
             raise ValueError(
@@ -103,6 +116,7 @@ def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None
                 " --run.name (or --run.name null: a new folder named after the start time)"
             )
         plan.create = named is None or not named.exists()
+        plan.parent = parent
     return plan
 
 

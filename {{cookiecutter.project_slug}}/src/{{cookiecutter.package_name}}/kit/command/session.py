@@ -11,17 +11,21 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from .provenance import Provenance, RunRecord, describe_origin
+from .resume_keys import changed_keys
+from .run_lock import RunLock
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .trackers import in_run
 
@@ -38,6 +42,7 @@ class RunSession:
     record: RunRecord | None = None  # set for `fit` only: the run it writes
     origin: dict[str, Any] | None = None  # epoch, step and provenance of the checkpoint it loads
     directory: Path = field(default_factory=Path)
+    lock: RunLock | None = None  # held by the process that writes the run (fit, global rank 0)
 
     def prepare(
         self, run: RunDirectory, trainer_config: dict[str, Any], ckpt_path: str | None, model: pl.LightningModule
@@ -53,7 +58,8 @@ class RunSession:
         writer = is_global_zero_process()
         plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
         if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
-            check_checkpoint(plan.ckpt_path, model)
+            if not plan.resumed:  # a resume says first which keys of its command differ (check_resume)
+                check_checkpoint(plan.ckpt_path, model)
             loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
             self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
         if ckpt_path == "last" and fitting and plan.ckpt_path is None:
@@ -67,11 +73,49 @@ class RunSession:
                 rank_zero_info(describe_origin(self.origin, str(plan.ckpt_path)))
             self.directory = plan.directory or plan.experiment_dir
             return plan.ckpt_path
-        self.directory = plan.make(run.name) if writer else plan.directory or plan.experiment_dir / "<new run>"
+        if writer and plan.directory is not None and plan.directory.exists():
+            self.lock = RunLock(plan.directory)  # before anything is written: one process at a time
+            self.lock.acquire()
+        self.directory = plan.make() if writer else plan.directory or plan.experiment_dir / "<new run>"
+        if writer and self.lock is None:
+            self.lock = RunLock(self.directory)  # a new run: held against a resume that would start meanwhile
+            self.lock.acquire()
         if plan.resumed:
             rank_zero_info(f"Resuming run {self.directory} from {plan.ckpt_path}")
+        elif plan.parent is not None:
+            rank_zero_info(f"New run {self.directory} from {plan.ckpt_path}; {plan.parent} is left as it is")
         self.record = RunRecord(self.directory, writer)
+        if plan.parent is not None and self.origin is not None:
+            self.record.data.setdefault("parent", _parent(plan.parent, plan.ckpt_path, self.origin))
         return plan.ckpt_path
+
+    def check_resume(self, command: dict[str, Any], links: Iterable[str], model: pl.LightningModule) -> None:
+        """Refuses a resume whose command asks for another model or data class than the run's (``resume_keys.py``),
+        or whose model the checkpoint does not fit."""
+        if self.plan is None or not self.plan.resumed or self.origin is None:
+            return
+        self._check_keys(command, links)
+        check_checkpoint(str(self.plan.ckpt_path), model)
+
+    def _check_keys(self, command: dict[str, Any], links: Iterable[str]) -> None:
+        assert self.plan is not None
+        assert self.origin is not None
+        record = self.origin.get("provenance") or {}
+        saved = yaml.safe_load(record["config"]) if isinstance(record.get("config"), str) else None
+        if not isinstance(saved, dict):
+            return  # not written by this kit's fit: nothing to compare with
+        changed = changed_keys("model", command.get("model"), saved.get("model"), links)
+        data = [
+            spec.get("class_path") if isinstance(spec, dict) else spec
+            for spec in (command.get("data"), saved.get("data"))
+        ]
+        changed += changed_keys("data", {"class_path": data[0]}, {"class_path": data[1]}, ())
+        if changed:
+            raise ValueError(
+                f"--ckpt_path {self.plan.ckpt_path} continues run {self.directory} with the model and data class its"
+                f" checkpoint holds; this command asks for others: {'; '.join(changed)}. Drop them to continue the"
+                f" run, or start a new run from the checkpoint: --ckpt_path {self.plan.ckpt_path} --run.name NEW"
+            )
 
     def save_config(self, parser: ArgumentParser, config: Namespace) -> list[pl.Callback]:
         """Writes the run's ``config.yaml`` if this fit created the run; returns the callbacks that record it."""
@@ -110,19 +154,38 @@ class RunSession:
             self.record.start_session(trainer, command, seed, ckpt_path)
 
     def end(self, error: BaseException | None) -> None:
-        """Records how this session ended (``None``: it finished)."""
+        """Records how this session ended (``None``: it finished), and gives the run's lock back."""
         if self.record is not None:
             self.record.end_session(error)
+        self.release()
+
+    def release(self) -> None:
+        """Gives the run's lock back (a refused command writes nothing, a lock included)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def discard(self) -> None:
         """Removes the run folder this command created, with the experiment folder if it is left empty."""
         plan, record = self.plan, self.record
         if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
             return
+        self.release()
         shutil.rmtree(record.directory)
         with contextlib.suppress(OSError):
             os.removedirs(record.directory.parent)
         self.record = None
+
+
+def _class_path(spec: object) -> object:
+    return spec.get("class_path") if isinstance(spec, dict) else spec
+
+
+def _parent(run: Path, ckpt_path: str | None, origin: dict[str, Any]) -> dict[str, Any]:
+    """Where a run that started from another run's checkpoint came from (kept in its provenance)."""
+    record = origin.get("provenance") or {}
+    name = f"{record.get('experiment')}/{record.get('run')}" if record.get("run") else str(run)
+    return {"run": name, "checkpoint": ckpt_path, "epoch": origin.get("epoch"), "step": origin.get("global_step")}
 
 
 def is_global_zero_process() -> bool:

@@ -1,0 +1,108 @@
+"""One process at a time writes a run: ``<run>/.lock`` names the host and the process that holds it.
+
+A requeued job can start while the job it replaces still runs; both would write ``last.ckpt`` and
+``provenance.yaml``, and one session's end would be lost. The ``fit`` that creates or continues a run takes the
+lock first (before it writes anything) and gives it back when its session ends. A second process is refused
+with one line naming the holder. A holder that died (SIGKILL, a lost node) is detected and its lock taken
+over: on the same host, its process is gone; on another host, it stopped refreshing the lock (every
+``REFRESH_S``) for more than ``STALE_S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+NAME = ".lock"
+REFRESH_S = 30.0  # how often a holder touches its lock
+STALE_S = 120.0  # a lock untouched for this long, held on another host, belongs to a process that is gone
+
+
+class RunLockedError(ValueError):
+    """Another process holds the run; the message names it."""
+
+
+class RunLock:
+    """The lock on one run folder, held by this process between ``acquire`` and ``release``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / NAME
+        self._stop = threading.Event()
+        self._held = False
+
+    def acquire(self) -> None:
+        """Takes the lock, or the lock of a holder that died; raises ``RunLockedError`` if a live process holds it."""
+        for _ in range(3):  # another process may take over the same stale lock at the same moment
+            try:
+                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = _holder(self.path)
+                if not _stale(self.path, holder):
+                    raise RunLockedError(_refusal(self.path, holder)) from None
+                with contextlib.suppress(FileNotFoundError):  # whoever renames it first takes over
+                    os.rename(self.path, self.path.with_name(f"{NAME}.stale.{os.getpid()}"))
+                    self.path.with_name(f"{NAME}.stale.{os.getpid()}").unlink()
+                continue
+            with os.fdopen(descriptor, "w") as file:
+                yaml.safe_dump(
+                    {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now().isoformat()}, file
+                )
+            self._held = True
+            threading.Thread(target=self._refresh, name="run-lock", daemon=True).start()
+            return
+        raise RunLockedError(_refusal(self.path, _holder(self.path)))
+
+    def release(self) -> None:
+        """Gives the lock back (if this process holds it)."""
+        self._stop.set()
+        if self._held and _holder(self.path).get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+        self._held = False
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(REFRESH_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+
+def _holder(path: Path) -> dict[str, object]:
+    try:
+        holder = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _stale(path: Path, holder: dict[str, object]) -> bool:
+    pid = holder.get("pid")
+    if holder.get("host") == socket.gethostname() and isinstance(pid, int):
+        return not _alive(pid)
+    try:
+        return time.time() - path.stat().st_mtime > STALE_S
+    except FileNotFoundError:
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
+def _refusal(path: Path, holder: dict[str, object]) -> str:
+    who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    return (
+        f"run {path.parent} is being written by {who}: wait for it to end, or stop it; a holder that dies gives"
+        f" the run up ({path})"
+    )
