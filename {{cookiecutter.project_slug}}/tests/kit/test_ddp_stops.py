@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 from faults import fault
 from support import ROOT, TESTS, run_dir_flags

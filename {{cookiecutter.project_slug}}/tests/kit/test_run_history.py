@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -137,5 +136,3 @@ def test_a_lock_held_on_another_host_is_taken_over_once_it_stops_being_refreshed
     assert yaml.safe_load(lock_file.read_text())["pid"] == os.getpid()
     held.release()
     assert not lock_file.exists()
-
-
