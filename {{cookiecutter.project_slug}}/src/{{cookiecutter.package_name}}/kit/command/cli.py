@@ -51,6 +51,10 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
         self.project = project
         super().__init__(*args, **kwargs)
 
+    def __deepcopy__(self, memo: dict[int, object]) -> ProjectCLI:
+        # A model's optimizer callable holds the CLI (jsonargparse): an EMA copy shares it, trainer and lock.
+        return self
+
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
