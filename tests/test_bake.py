@@ -76,6 +76,7 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/command/records.py",
     "src/{pkg}/kit/command/resume_keys.py",
     "src/{pkg}/kit/command/run_lock.py",
+    "src/{pkg}/kit/command/run_logger.py",
     "src/{pkg}/kit/command/runs.py",
     "src/{pkg}/kit/command/secrets.py",
     "src/{pkg}/kit/command/session.py",
@@ -240,16 +241,16 @@ def test_answers_reach_the_project(baked: Callable[..., Path]) -> None:
     project = baked(**NON_DEFAULT)
     assert project.name == "detection-d-objets-shu-ju-v2"
     package = "detection_d_objets_shu_ju_v2"
-    assert (project / "src" / package / "kit" / "command" / "cli.py").is_file()
+    assert (project / "src" / package / "cli.py").is_file()
     meta = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     assert meta["project"]["name"] == project.name
     assert meta["project"]["description"] == NON_DEFAULT["description"]
     assert meta["project"]["authors"] == [{"name": NON_DEFAULT["author_name"], "email": NON_DEFAULT["email"]}]
     assert meta["project"]["requires-python"] == ">=3.12"
     assert meta["project"]["license"] == "Apache-2.0"
-    assert meta["project"]["scripts"] == {package: f"{package}.kit.command.cli:main"}
+    assert meta["project"]["scripts"] == {package: f"{package}.cli:main"}
     assert meta["tool"]["ruff"]["target-version"] == "py312"
-    assert f"class_path: {package}.task.networks.ConvNet" in (project / "configs/default.yaml").read_text()
+    assert f"class_path: {package}.task.networks.ConvNet" in (project / "configs/example/model.yaml").read_text()
     assert "# Détection d'Objets 数据 v2" in (project / "README.md").read_text(encoding="utf-8")
 
 

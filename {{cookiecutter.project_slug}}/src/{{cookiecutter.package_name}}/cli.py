@@ -11,7 +11,8 @@ Yours to edit when your task changes (the kit reads only what is declared here):
 
 from __future__ import annotations
 
-from lightning.pytorch.cli import ArgsType
+from collections.abc import Sequence
+from typing import Any
 
 from .kit.entry import Project
 from .kit.entry import build_cli as kit_build_cli
@@ -25,11 +26,11 @@ STARTING = {"model": "example/model.yaml", "data": "example/data.yaml"}
 PROJECT = Project(links=LINKS, starting=STARTING)
 
 
-def main(args: ArgsType = None) -> None:
+def main(args: Sequence[Any] | None = None) -> None:
     """The console script and ``python -m``: every subcommand, ``runs`` and ``search``."""
     kit_main(args, PROJECT)
 
 
-def build_cli(args: ArgsType = None, run: bool = True) -> object:
+def build_cli(args: Sequence[Any] | None = None, run: bool = True) -> object:
     """The command line's objects for ``args`` (``.model``, ``.datamodule``, ``.trainer``), run with ``run``."""
     return kit_build_cli(args, run=run, project=PROJECT)

@@ -17,6 +17,7 @@ import yaml
 from support import refused, run_dir_flags, submodule
 
 provenance = submodule("kit.command.provenance")
+records = submodule("kit.command.records")
 RUN = Path("runs/fixture/traced")
 
 
@@ -190,7 +191,7 @@ def test_how_a_session_ended() -> None:
     assert provenance.status_of(nonfinite.NonFiniteLossError("loss is nan\nmore")) == ("nonfinite", "loss is nan")
     assert provenance.status_of(RuntimeError("boom")) == ("failed", "RuntimeError: boom")
     open_session = {"host": socket.gethostname(), "status": None}
-    assert provenance.session_status({"sessions": [{**open_session, "pid": os.getpid()}]}) == "running"
+    assert records.session_status({"sessions": [{**open_session, "pid": os.getpid()}]}) == "running"
     dead = subprocess.Popen(["true"])
     dead.wait()
-    assert provenance.session_status({"sessions": [{**open_session, "pid": dead.pid}]}) == "killed"
+    assert records.session_status({"sessions": [{**open_session, "pid": dead.pid}]}) == "killed"

@@ -20,6 +20,7 @@ from support import run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 runs = submodule("kit.command.runs")
+run_logger = submodule("kit.command.run_logger")
 LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch
 SHORT = ["--trainer.max_epochs=1", *LIMITS]
 EXPERIMENT = Path("runs/fixture")
@@ -122,7 +123,7 @@ def test_a_resume_within_the_second_of_its_kill_still_sorts_after_it(tmp_path: P
     # The killed session's file, from this second, by a process whose pid sorts after this one's.
     earlier = run / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.999999999.0"
     earlier.write_bytes(b"")
-    logger = runs.RunLogger(run, purge_step=5)
+    logger = run_logger.RunLogger(run, purge_step=5)
     logger.log_metrics({"train/loss_step": 1.0}, step=5)
     logger.finalize("success")
     assert sorted(path.name for path in run.glob("events.out.tfevents.*"))[0] == earlier.name

@@ -1,5 +1,8 @@
 """The kit's entry point: ``runs`` and ``search`` first, then every LightningCLI subcommand (``command/cli.py``).
 
+It imports torch and Lightning only for the commands that need them: ``runs``, a subcommand that does not exist
+and a config file that is not there answer at once.
+
 Exit codes, each failure with one ``error:`` line:
 
 - 0: done.
@@ -14,23 +17,22 @@ Exit codes, each failure with one ``error:`` line:
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from jsonargparse import auto_cli
-from lightning.pytorch.cli import ArgsType
-
-from .command.cli import build_cli
 from .command.project import DEFAULT_CONFIG_ENV, Project
-from .command.runs import list_runs
-from .safety.checkpoint_io import CheckpointWriteError
-from .safety.data_checks import InvalidDataError
-from .safety.nonfinite import NonFiniteError
-from .safety.signals import INTERRUPTED_EXIT_CODE
+
+if TYPE_CHECKING:
+    from .command.cli import ProjectCLI
 
 __all__ = ["DEFAULT_CONFIG_ENV", "Project", "build_cli", "main"]
 PROGRAM = __package__.split(".")[0]
+SUBCOMMANDS = ("fit", "validate", "test", "predict", "schedule", "export", "lr_find", "batch_size_find")
+"""LightningCLI's subcommands and the kit's (``command/trainer.py``); ``runs`` and ``search`` are dispatched here."""
 
 
-def main(args: ArgsType = None, project: Project | None = None) -> None:
+def main(args: Sequence[Any] | None = None, project: Project | None = None) -> None:
     """The command line: called by the project's entry point (``src/<package>/cli.py``) with its ``project``.
 
     ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config. Neither is
@@ -38,17 +40,58 @@ def main(args: ArgsType = None, project: Project | None = None) -> None:
     config (``<package> search --help``; needs the ``search`` extra).
     """
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
+    if argv[:1] == ["runs"]:
+        from jsonargparse import auto_cli
+
+        from .command.runs import list_runs
+
+        auto_cli(list_runs, args=argv[1:], prog=f"{PROGRAM} runs")
+        return
+    if problem := refused_at_once(argv):
+        print(f"usage: {PROGRAM} <subcommand> [options] (see {PROGRAM} --help)", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     if argv[:1] == ["search"]:
         from .search import main as search
 
         search(argv[1:], project)
         return
+    _run(argv if args is not None else None, project)
+
+
+def refused_at_once(argv: list[str]) -> str | None:
+    """What a command line gets wrong that needs no class to tell: an unknown subcommand, a missing config file."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    if argv and not argv[0].startswith("-") and first not in (*SUBCOMMANDS, "search"):
+        close = [name for name in (*SUBCOMMANDS, "runs", "search") if name.startswith(first[:2])]
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        return f"no subcommand {first!r}: choose from {', '.join((*SUBCOMMANDS, 'runs', 'search'))}{hint}"
+    for index, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag in ("-c", "--config"):
+            path = value if "=" in arg else (argv[index + 1] if index + 1 < len(argv) else "")
+            if path and not path.lstrip().startswith(("{", "[")) and not Path(path).exists():
+                return f"config file {path} does not exist"
+    return None
+
+
+def _run(args: list[str] | None, project: Project | None) -> None:
+    from .command.cli import build_cli
+    from .safety.checkpoint_io import CheckpointWriteError
+    from .safety.data_checks import InvalidDataError
+    from .safety.nonfinite import NonFiniteError
+    from .safety.signals import INTERRUPTED_EXIT_CODE
+
     try:
-        if argv[:1] == ["runs"]:
-            auto_cli(list_runs, args=argv[1:], prog=f"{PROGRAM} runs")
-            return
         build_cli(args, project=project)
     except (InvalidDataError, NonFiniteError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")
     except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
         sys.exit(INTERRUPTED_EXIT_CODE)
+
+
+def build_cli(args: Sequence[Any] | None = None, run: bool = True, project: Project | None = None) -> ProjectCLI:
+    """The command line's objects for ``args`` (see ``command/cli.py``), run with ``run``."""
+    from .command.cli import build_cli as build
+
+    return build(args, run=run, project=project)

@@ -40,14 +40,6 @@ from .bad_input import SetupPhase
 from .records import FILE, read_record, record_problem
 from .secrets import masked
 
-STATUSES = {
-    "finished": "ran to the end (max_epochs, max_steps or early stopping)",
-    "preempted": "stopped by SIGTERM or SIGUSR1 (exit 143, 138); last.ckpt saved, resumable; see `signal`",
-    "interrupted": "stopped by Ctrl-C or SIGHUP (exit 130, 129); last.ckpt saved, resumable; see `signal`",
-    "nonfinite": "stopped on a non-finite loss or weights (exit 1); no checkpoint holds them",
-    "failed": "stopped by an error (exit 1 or 2); see `error`",
-    "killed": "no end recorded: the process was killed",
-}
 PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
 
 
@@ -118,17 +110,6 @@ def devices(trainer: pl.Trainer) -> dict[str, Any]:
     if trainer.strategy.root_device.type == "cuda" and torch.cuda.is_initialized():
         found["names"] = [torch.cuda.get_device_name(index) for index in trainer.device_ids]
     return found
-
-
-def session_status(record: dict[str, Any]) -> str:
-    """How the newest session ended: a ``STATUSES`` key, or ``running`` while its process is alive on this host."""
-    sessions = record.get("sessions") or [{}]
-    last = sessions[-1]
-    if last.get("status"):
-        return str(last["status"])
-    if last.get("host") == socket.gethostname() and _alive(last.get("pid")):
-        return "running"
-    return "killed"
 
 
 def status_of(error: BaseException | None) -> tuple[str, str | None]:
@@ -305,15 +286,3 @@ def describe_origin(checkpoint: dict[str, Any], path: str) -> str:
     return (
         f"Checkpoint {path}: {where} of run {run}, started {first.get('started')}, {commit}, by `{last.get('command')}`"
     )
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

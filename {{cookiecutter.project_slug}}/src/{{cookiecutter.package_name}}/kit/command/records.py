@@ -6,6 +6,8 @@ its readers (``runs``, ``--ckpt_path best|last``); ``RunRecord`` refuses to writ
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,14 @@ from typing import Any
 import yaml
 
 FILE = "provenance.yaml"
+STATUSES = {
+    "finished": "ran to the end (max_epochs, max_steps or early stopping)",
+    "preempted": "stopped by SIGTERM or SIGUSR1 (exit 143, 138); last.ckpt saved, resumable; see `signal`",
+    "interrupted": "stopped by Ctrl-C or SIGHUP (exit 130, 129); last.ckpt saved, resumable; see `signal`",
+    "nonfinite": "stopped on a non-finite loss or weights (exit 1); no checkpoint holds them",
+    "failed": "stopped by an error (exit 1 or 2); see `error`",
+    "killed": "no end recorded: the process was killed",
+}
 
 
 def read_record(run: Path) -> dict[str, Any] | None:
@@ -75,3 +85,26 @@ def _shape_problem(record: object) -> str | None:
     ):
         return "progress.best: expected monitor and value"
     return None
+
+
+def session_status(record: dict[str, Any]) -> str:
+    """How the newest session ended: a ``STATUSES`` key, or ``running`` while its process is alive on this host."""
+    sessions = record.get("sessions") or [{}]
+    last = sessions[-1]
+    if last.get("status"):
+        return str(last["status"])
+    if last.get("host") == socket.gethostname() and _alive(last.get("pid")):
+        return "running"
+    return "killed"
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -12,17 +12,12 @@ other checkpoint starts a new run, and leaves the one it came from untouched (``
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import count
 from pathlib import Path
-from typing import Any
 
-from lightning.pytorch.loggers import TensorBoardLogger
-
-from .provenance import read_record, session_status
-from .records import usable_record
+from .records import read_record, session_status, usable_record
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
 CHECKPOINTS = "checkpoints"
@@ -218,43 +213,3 @@ def format_runs(root: Path, experiment: str | None = None) -> str:
     return "\n".join(
         "  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]) for row in rows
     )
-
-
-def _after_earlier_events(directory: Path) -> None:
-    """Waits (at most a second) until this session's events file sorts after the run's earlier ones.
-
-    TensorBoard reads a folder's events files in name order, and a name starts with the second it was created
-    (``events.out.tfevents.<seconds>.<host>.<pid>``): a resume started within the same second as the session
-    it continues would be read first, and its curve put before the one it continues.
-    """
-    names = [path.name.split(".") for path in directory.glob("events.out.tfevents.*")]
-    seconds = [int(name[3]) for name in names if name[3].isdigit()]
-    wait = max(seconds, default=0) + 1 - time.time()
-    if 0 < wait <= 1:
-        time.sleep(wait)
-
-
-class RunLogger(TensorBoardLogger):
-    """TensorBoard events in the run folder; remembers the last step it logged, so a resume can purge what follows.
-
-    A resumed run writes into the same folder with ``purge_step`` (TensorBoard drops the events of the
-    interrupted session from that step on), so each run shows one continuous curve.
-    """
-
-    def __init__(self, directory: Path, purge_step: int | None = None) -> None:
-        kwargs: dict[str, Any] = {} if purge_step is None else {"purge_step": purge_step}
-        if purge_step is not None:
-            _after_earlier_events(directory)
-        super().__init__(
-            save_dir=str(directory.parent.parent),
-            name=directory.parent.name,
-            version=directory.name,
-            default_hp_metric=False,
-            **kwargs,
-        )
-        self.logged_step = -1
-
-    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        super().log_metrics(metrics, step)
-        if step is not None:
-            self.logged_step = max(self.logged_step, int(step))

@@ -5,7 +5,7 @@ its logger (``logger+:``), so they stack. Whatever a logger's config says about 
 decides it from the run, so checkpoints, ``config.yaml``, ``provenance.yaml`` and every tracker's files stay
 in ``runs/<experiment>/<run>/``, and ``runs`` and ``--ckpt_path last|best`` work with any of them:
 
-- TensorBoard: events in the run folder (``runs.RunLogger``); CSV: ``<run>/metrics.csv``;
+- TensorBoard: events in the run folder (``run_logger.RunLogger``); CSV: ``<run>/metrics.csv``;
 - MLflow: a run named after the run folder, in the experiment ``run.experiment`` (unless ``experiment_name``
   is set), on ``tracking_uri`` (a server, ``sqlite:///...``) or, without one, the local store
   ``<trainer.default_root_dir>/mlruns``; the resolved config as parameters, the git commit and dirty flag as
@@ -38,7 +38,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoa
 
 from .bad_input import BadInputError
 from .provenance import RunRecord, git_state, read_record
-from .runs import RunDirectory, RunLogger, plan_run
+from .run_logger import RunLogger
+from .runs import RunDirectory, plan_run
 from .secrets import masked, move_url_credentials
 from .task_checks import check_folder
 from .tracker_loggers import MLFLOW_HTTP_DEFAULTS, RunCSVLogger, RunMLFlowLogger, RunWandbLogger
