@@ -19,7 +19,8 @@ import yaml
 from faults import fault
 from support import CONFIGS, refused, submodule
 
-trackers = submodule("kit.command.trackers")
+checks = submodule("kit.trackers.checks")
+placement = submodule("kit.trackers.placement")
 EXPERIMENT = Path("runs/fixture")
 LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch, 2 epochs
 NEEDS = {
@@ -51,7 +52,7 @@ def _no_tracker_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         "MLFLOW_TRACKING_TOKEN",
         "WANDB_API_KEY",
         "WANDB_MODE",
-        trackers.PARENT_RUN_ENV,
+        placement.PARENT_RUN_ENV,
     ):
         monkeypatch.delenv(name, raising=False)
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):  # the kit moves a URL's credentials here
@@ -222,7 +223,7 @@ def test_the_mlflow_run_holds_config_git_artifacts_and_best_checkpoint(
 
     client, run_id = MlflowClient(any_store_url), record(run)["trackers"]["mlflow"]["run_id"]
     mlflow_run = client.get_run(run_id)
-    config = trackers.flat(yaml.safe_load((run / "config.yaml").read_text()))
+    config = placement.flat(yaml.safe_load((run / "config.yaml").read_text()))
     assert {key: mlflow_run.data.params.get(key) for key in config} == {k: str(v)[:250] for k, v in config.items()}
     git = record(run)["sessions"][0]["git"]
     if git is not None:
@@ -263,7 +264,7 @@ def test_a_tracker_that_cannot_work_is_one_error_line_and_writes_nothing(
     name = "wandb" if case == "clash" else "mlflow"
     flags = tracker_flags(name, **{name: init_args})
     if case == "missing":
-        monkeypatch.setattr(trackers, "installed", lambda module: module != "mlflow")
+        monkeypatch.setattr(checks, "installed", lambda module: module != "mlflow")
     if case == "clash":  # another run of the experiment logs to that W&B id
         other = EXPERIMENT / "other"
         other.mkdir(parents=True)
@@ -327,7 +328,7 @@ def test_search_trials_are_child_runs_of_one_study_run_showing_the_best(
     lr = yaml.safe_load(best_file.read_text())["model"]["init_args"]["lr"]
     assert float(parent.data.params["model.lr"]) == pytest.approx(lr)
     assert parent.info.status == "FINISHED"
-    assert trackers.PARENT_RUN_ENV not in os.environ
+    assert placement.PARENT_RUN_ENV not in os.environ
 
 
 def test_no_credential_lands_in_a_file_the_run_or_the_search_writes(

@@ -29,6 +29,8 @@ from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, check_checkpoin
 from ..safety.data_checks import InvalidDataError
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import INTERRUPTED_EXIT_CODE, STOP
+from ..trackers.checks import check_trackers, resolve_trackers
+from ..trackers.placement import in_run
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
@@ -43,7 +45,6 @@ from .bad_input import (
 from .provenance import Provenance, RunRecord, describe_origin
 from .runs import LIGHTNING_ALIASES, RunDirectory, list_runs, plan_run
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
-from .trackers import check_trackers, in_run, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 DEFAULT_CONFIG_ENV = "KIT_DEFAULT_CONFIG"

@@ -32,7 +32,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
-from .secrets import masked
+from ..trackers.secrets import masked
 
 FILE = "provenance.yaml"
 STATUSES = {
@@ -138,7 +138,7 @@ class RunRecord:
     def __init__(self, directory: Path, writer: bool) -> None:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
-        self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers.py)
+        self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers/placement.py)
         self.data: dict[str, Any] = read_record(directory) or {
             "experiment": directory.parent.name,
             "run": directory.name,

@@ -31,8 +31,8 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
-from ..command.trackers import PARENT_RUN_ENV
 from ..safety.signals import PREEMPTED_EXIT_CODE
+from ..trackers.placement import PARENT_RUN_ENV
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown

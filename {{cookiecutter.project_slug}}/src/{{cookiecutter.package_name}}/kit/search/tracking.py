@@ -15,8 +15,9 @@ import optuna
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import MLFlowLogger
 
-from ..command.secrets import masked
-from ..command.trackers import PARENT_RUN_ENV, class_of, configured_loggers
+from ..trackers.entries import class_of, configured_loggers
+from ..trackers.placement import PARENT_RUN_ENV
+from ..trackers.secrets import masked
 from .report import ranked
 from .worker import Plan
 
@@ -63,7 +64,7 @@ def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
         cls = class_of(entry)
         if cls is not None and issubclass(cls, MLFlowLogger) and isinstance(entry, Namespace):
             experiment = entry.init_args.get("experiment_name")
-            if experiment in (None, "lightning_logs"):  # as trackers.py names a trial's MLflow experiment
+            if experiment in (None, "lightning_logs"):  # as trackers/placement.py names a trial's MLflow experiment
                 experiment = config.run.experiment
             try:
                 run = StudyRun(entry.init_args.tracking_uri, experiment, plan.study_name)
