@@ -32,7 +32,6 @@ from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
 from ..safety.signals import PREEMPTED_EXIT_CODE
-from ..trackers.placement import PARENT_RUN_ENV
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .storage import JOURNAL, shown
@@ -137,7 +136,7 @@ def main(args: list[str]) -> None:
     _write_best(plan, study, cli.parser)
     if parent is not None:
         parent.show_best(study, plan, finished=code == 0)
-        os.environ.pop(PARENT_RUN_ENV, None)  # a search run in a process that goes on (tests) leaves no parent
+        parent.leave()
     sys.exit(code)
 
 

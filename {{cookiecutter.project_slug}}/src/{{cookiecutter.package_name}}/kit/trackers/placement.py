@@ -56,9 +56,14 @@ def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, kno
         args.get("tracking_uri") or f"file:{(directory.parent.parent / LOCAL_STORE).resolve()}"
     )  # see resolve_trackers
     experiment = args.get("experiment_name")
+    if experiment in (
+        None,
+        "lightning_logs",
+    ):  # a search's trial goes where its study's run is: MLflow nests runs of one experiment
+        experiment = os.environ.get(PARENT_EXPERIMENT_ENV) or directory.parent.name
     logger = RunMLFlowLogger(
         directory,
-        experiment_name=directory.parent.name if experiment in (None, "lightning_logs") else experiment,
+        experiment_name=experiment,
         run_name=args.get("run_name") or directory.name,
         tracking_uri=uri,
         run_id=known.get("run_id") or args.get("run_id"),
@@ -123,6 +128,8 @@ def _wandb(args: dict[str, Any], directory: Path, record: RunRecord | None, know
 
 PARENT_RUN_ENV = "KIT_MLFLOW_PARENT_RUN_ID"
 """Set by ``search``: the MLflow run of the study, parent of each trial's run."""
+PARENT_EXPERIMENT_ENV = "KIT_MLFLOW_PARENT_EXPERIMENT"
+"""Set by ``search``: the MLflow experiment of the study's run, where each trial's run goes."""
 
 
 def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
