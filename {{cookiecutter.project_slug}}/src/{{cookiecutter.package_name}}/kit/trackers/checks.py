@@ -4,6 +4,7 @@ tracker checked; one that cannot work stops the command (``BadInputError``: one 
 from __future__ import annotations
 
 import importlib.util
+import netrc
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ KEY = "trainer.logger"
 EXTRAS = {MLFlowLogger: ("mlflow", "mlflow"), WandbLogger: ("wandb", "wandb")}  # class: (module, extra)
 MLFLOW_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
 ID_KEYS = {"mlflow": "run_id", "wandb": "id"}
+WANDB_NOT_ONLINE = ("offline", "disabled", "dryrun")  # W&B's modes that need no account
+WANDB_HOST = "https://api.wandb.ai"  # W&B's server unless $WANDB_BASE_URL names another
 
 
 def installed(module: str) -> bool:
@@ -60,6 +63,12 @@ def check_trackers(trainer_config: Namespace, run: Namespace, ckpt_path: str | N
                 )
         if cls is not None and issubclass(cls, MLFlowLogger):
             _check_mlflow(init_args(entry), root)
+        if cls is not None and issubclass(cls, WandbLogger) and wandb_online(init_args(entry)) and not wandb_key():
+            # Else W&B asks for a key on a terminal, or fails with a traceback once training starts (no terminal).
+            raise BadInputError(
+                f"{KEY}: WandbLogger logs online (offline: false) and W&B finds no API key: set WANDB_API_KEY in the"
+                " environment or run `wandb login` once; or keep offline: true and upload later with `wandb sync`"
+            )
         for name, base in (("mlflow", MLFlowLogger), ("wandb", WandbLogger)):
             if cls is not None and issubclass(cls, base) and init_args(entry).get(ID_KEYS[name]):
                 _check_id_is_this_runs(name, str(init_args(entry)[ID_KEYS[name]]), root, run, ckpt_path)
@@ -110,3 +119,33 @@ def _check_id_is_this_runs(tracker: str, tracker_id: str, root: Path, run: Names
                 f"{KEY}.init_args.{ID_KEYS[tracker]}: {tracker_id!r} is the {tracker} run of {other}; resume that run"
                 f" (fit -c {other / 'config.yaml'} --ckpt_path last) or leave {ID_KEYS[tracker]} null"
             )
+
+
+def wandb_online(args: dict[str, Any]) -> bool:
+    """Whether a ``WandbLogger`` with ``args`` logs to a W&B server: not ``offline``, and no W&B ``mode``
+    (configured or ``$WANDB_MODE``) that needs no account."""
+    modes = {str(args.get("mode") or "").lower(), os.environ.get("WANDB_MODE", "").lower()}
+    disabled = os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true")
+    return not args.get("offline") and modes.isdisjoint(WANDB_NOT_ONLINE) and not disabled
+
+
+def wandb_key() -> bool:
+    """Whether W&B will find credentials without asking, where ``wandb.login`` looks (without importing W&B):
+    ``$WANDB_API_KEY`` or ``$WANDB_IDENTITY_TOKEN_FILE``, the ``.netrc`` entry ``wandb login`` writes for the
+    host, or an ``api_key`` in a W&B settings file."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(os.environ.get("WANDB_BASE_URL") or WANDB_HOST).netloc
+    for file in (os.environ.get("NETRC"), "~/.netrc", "~/_netrc"):
+        path = Path(file).expanduser() if file else None
+        if path is not None and path.is_file():
+            try:
+                entries = netrc.netrc(path).hosts
+            except (netrc.NetrcParseError, OSError):
+                return True  # W&B warns about a file it cannot read; not ours to refuse
+            if any(machine == host or "wandb" in machine for machine in entries):
+                return True
+            break  # W&B reads the first file found
+    config_dir = Path(os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb").expanduser()
+    settings = [config_dir / "settings", Path("wandb") / "settings"]
+    return any(path.is_file() and "api_key" in path.read_text(errors="replace") for path in settings)
