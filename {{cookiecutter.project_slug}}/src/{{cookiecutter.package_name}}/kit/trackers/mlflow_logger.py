@@ -95,8 +95,9 @@ class RunMLFlowLogger(MLFlowLogger):
         return {key: max(point.step for point in client.get_metric_history(run_id, key)) for key in keys}
 
     @rank_zero_only
-    def save(self) -> None:
-        """Waits for what was logged in the background and checks the server still answers (with each checkpoint)."""
+    def flush(self) -> None:
+        """Waits for what was logged in the background and checks the server still answers: with each checkpoint
+        (``TrackedRun``), not in ``save``, which Lightning calls after every logged step."""
         if self.lost is None:
             self._guard(self._flush_and_check)
 

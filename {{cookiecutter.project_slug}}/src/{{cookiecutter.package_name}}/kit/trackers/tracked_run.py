@@ -8,6 +8,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from .mlflow_logger import RunMLFlowLogger
+
 
 class TrackedRun(Callback):
     """Checkpoints in ``<run>/checkpoints`` whatever the first logger is; every logger flushed with each checkpoint.
@@ -26,3 +28,5 @@ class TrackedRun(Callback):
     ) -> None:
         for logger in trainer.loggers:
             logger.save()
+            if isinstance(logger, RunMLFlowLogger):  # what went to the server in the background, there now
+                logger.flush()
