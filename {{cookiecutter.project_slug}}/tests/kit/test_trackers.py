@@ -210,7 +210,8 @@ def test_stacked_trackers_keep_the_run_whole_and_hold_the_same_metrics(stacked: 
     # Wall-clock measurements differ where MLflow and W&B kept the killed session's value of a step (they cannot
     # drop it) and TensorBoard and CSV the resumed one's; every other number is the same, exact resume. Lightning's
     # ThroughputMonitor logs validation rates (`validate/...`) at its count of validation batches, not at the global
-    # step, and that count starts again in a resumed session: those steps are compared in uninterrupted runs only.
+    # step, and that count starts again in a resumed session, so TensorBoard and CSV hold those keys' first steps
+    # twice after a resume (a Lightning quirk the kit does not correct): not compared here.
     measured = [key for key in reference if any(word in key for word in ("time", "samples", "batches", "per_sec"))]
     assert {"train/loss_step", "val/loss", "lr-AdamW", "train/grad_norm"} <= set(reference) - set(measured)
     for name in STACKED[1:]:
