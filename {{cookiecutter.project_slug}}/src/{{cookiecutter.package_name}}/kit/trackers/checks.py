@@ -18,7 +18,7 @@ from ..command.provenance import read_record
 from ..command.runs import RunDirectory, plan_run
 from ..command.task_checks import check_folder
 from .entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
-from .mlflow_logger import MLFLOW_HTTP_DEFAULTS
+from .mlflow_logger import MLFLOW_CLIENT_DEFAULTS
 from .secrets import masked, move_url_credentials
 
 KEY = "trainer.logger"
@@ -91,7 +91,7 @@ def _check_mlflow(args: dict[str, Any], root: Path) -> None:
 
 
 def _check_server(uri: str, experiment: str) -> None:
-    for name, value in MLFLOW_HTTP_DEFAULTS.items():
+    for name, value in MLFLOW_CLIENT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     from mlflow import MlflowClient
 
