@@ -66,8 +66,8 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def mlflow_server_command() -> str:
-    """The ``mlflow`` that can serve: ``$MLFLOW_SERVER``, else the project's ``.venv-mlflow``; fails without one.
+def mlflow_server_found() -> str | None:
+    """The ``mlflow`` that can serve: ``$MLFLOW_SERVER``, else the project's ``.venv-mlflow`` (``None``: neither).
 
     The server runs from an environment of its own, as a team's server runs apart from its training jobs: the
     full ``mlflow`` package would bring scipy, scikit-learn and pandas into the project's environment.
@@ -75,10 +75,18 @@ def mlflow_server_command() -> str:
     for candidate in (os.environ.get(MLFLOW_SERVER_ENV), str(ROOT / ".venv-mlflow" / "bin" / "mlflow")):
         if candidate and Path(candidate).is_file():
             return candidate
-    pytest.fail(
-        f"no MLflow server to test the `mlflow` extra against: run `make mlflow-server` (builds .venv-mlflow from"
-        f" scripts/mlflow-server.txt) or set ${MLFLOW_SERVER_ENV} to the `mlflow` command of such an environment"
-    )
+    return None
+
+
+def mlflow_server_command() -> str:
+    """The ``mlflow`` that can serve (``mlflow_server_found``); fails, saying how to get one, without."""
+    found = mlflow_server_found()
+    if found is None:
+        pytest.fail(
+            f"no MLflow server to test the `mlflow` extra against: run `make mlflow-server` (builds .venv-mlflow from"
+            f" scripts/mlflow-server.txt) or set ${MLFLOW_SERVER_ENV} to the `mlflow` command of such an environment"
+        )
+    return found
 
 
 @dataclass

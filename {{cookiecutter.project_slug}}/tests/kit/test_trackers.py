@@ -24,65 +24,40 @@ import servers
 import tracker_readers as read
 import yaml
 from faults import fault
-from support import CONFIGS, PACKAGE, launch, refused, submodule
+from support import PACKAGE, launch, submodule
+from tracker_setup import (
+    EXPERIMENT,
+    LIMITS,
+    NEEDS,
+    clear_tracker_environment,
+    forget_w_and_b,
+    needs,
+    record,
+    the_run,
+    tracker_flags,
+)
 
 checks = submodule("kit.trackers.checks")
 placement = submodule("kit.trackers.placement")
-EXPERIMENT = Path("runs/fixture")
-LIMITS = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]  # 2 steps
-NEEDS = {
-    "mlflow": ("mlflow", "the MLflow tests need the project's `mlflow` extra"),
-    "wandb": ("wandb", "the W&B tests need the project's `wandb` extra"),
-    "optuna": ("optuna", "the search needs the project's `search` extra (Optuna)"),
-}
-TRACKER_ENVIRONMENT = (
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_TRACKING_TOKEN",
-    "WANDB_API_KEY",
-    "WANDB_MODE",
-    "WANDB_SERVICE",
-    "WANDB_BASE_URL",
-    "WANDB_IDENTITY_TOKEN_FILE",
-    "WANDB_DISABLED",
-    placement.PARENT_RUN_ENV,
-    placement.PARENT_EXPERIMENT_ENV,
-)
-
-
-def needs(*names: str) -> None:
-    """Skips, with the reason, when a tracker's extra is not installed."""
-    for name in names:
-        pytest.importorskip(NEEDS[name][0], reason=NEEDS[name][1])
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_tracker_environment() -> Iterator[None]:
-    """Whatever the machine's environment says about trackers, these tests say it themselves."""
     with pytest.MonkeyPatch.context() as patch:
-        for name in TRACKER_ENVIRONMENT:
-            patch.setenv(name, "")  # recorded, so that a value a test's W&B run sets is gone afterwards too
-            patch.delenv(name)
-        for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):  # the kit moves a URL's credentials here
-            patch.setenv(name, "")
-        patch.setenv("WANDB_SILENT", "true")
+        clear_tracker_environment(patch)
         yield
 
 
 @pytest.fixture(autouse=True)
 def _no_w_and_b_leftovers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a W&B run leaves in this process's environment, gone before and after each test: Lightning's offline
-    WandbLogger sets ``WANDB_MODE=dryrun`` (every later W&B run of the process is offline), W&B its service's
-    address (a process launched with it would use this process's service)."""
-    for name in ("WANDB_MODE", "WANDB_SERVICE"):
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
+    forget_w_and_b(monkeypatch)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _server() -> Iterator[servers.MlflowServer | None]:
     """The module's MLflow server (SQLite store, local artifact root), started with its first test."""
-    if not checks.installed("mlflow"):
-        yield None
+    if not checks.installed("mlflow") or servers.mlflow_server_found() is None:
+        yield None  # `mlflow_url` skips or fails, saying why; the tests that need no server run
         return
     with servers.mlflow_server() as server:
         yield server
@@ -92,28 +67,10 @@ def _server() -> Iterator[servers.MlflowServer | None]:
 def mlflow_url(_server: servers.MlflowServer | None) -> str:
     """The module's MLflow server, once it answers."""
     needs("mlflow")
+    if _server is None:
+        servers.mlflow_server_command()  # fails: no server to test against
     assert _server is not None
     return _server.url()
-
-
-def tracker_flags(*names: str, file: str = "trackers.yaml", **init_args: dict[str, Any]) -> str:
-    """A config stacking the presets ``configs/logger/<name>.yaml``, with ``init_args`` overrides per name."""
-    entries = []
-    for name in names:
-        (entry,) = yaml.safe_load((CONFIGS / "logger" / f"{name}.yaml").read_text())["trainer"]["logger+"]
-        entry["init_args"].update(init_args.get(name, {}))
-        entries.append(entry)
-    Path(file).write_text(yaml.safe_dump({"trainer": {"logger": entries}}))
-    return f"--config={Path(file).resolve()}"
-
-
-def the_run(root: Path = Path()) -> Path:
-    (run,) = [path for path in (root / EXPERIMENT).iterdir() if path.is_dir()]
-    return run
-
-
-def record(run: Path) -> dict[str, Any]:
-    return yaml.safe_load((run / "provenance.yaml").read_text())
 
 
 def held(name: str, run: Path, mlflow_uri: str | None = None) -> read.Points:
@@ -324,70 +281,6 @@ def test_mlflow_status_follows_each_session_preempted_then_finished(
     finished = client.get_run(run_id)
     assert (finished.info.status, finished.data.tags["kit.status"]) == ("FINISHED", "finished")
     assert read.steps(read.mlflow(mlflow_url, run_id), "train/loss_step") == [0, 1]
-
-
-@pytest.mark.parametrize(
-    ("case", "expected"),
-    [
-        ("missing", "error: trainer.logger: MLFlowLogger needs the `mlflow` extra: pip install -e '.[mlflow]'"),
-        ("scheme", "error: trainer.logger.init_args.tracking_uri: 'htp://127.0.0.1:5000' is no MLflow tracking URI"),
-        ("unreachable", "error: trainer.logger.init_args.tracking_uri: cannot reach MLflow at http://127.0.0.1:"),
-        ("artifacts", "error: trainer.logger.init_args.artifact_location: cannot create a-file/artifacts: a-file is"),
-        ("clash", "error: trainer.logger.init_args.id: 'abcd1234' is the wandb run of runs/fixture/other; resume"),
-        ("no-key", "error: trainer.logger: WandbLogger logs online (offline: false) and W&B finds no API key: set"),
-    ],
-)
-def test_a_tracker_that_cannot_work_is_one_error_line_and_writes_nothing(
-    run_cli: Callable[..., Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str,
-    expected: str,
-) -> None:  # fmt: skip
-    name = "wandb" if case in ("clash", "no-key") else "mlflow"
-    needs(name)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # an unreachable server fails at once
-    Path("a-file").write_text("")
-    init_args = {
-        "missing": {},
-        "scheme": {"tracking_uri": "htp://127.0.0.1:5000"},
-        "unreachable": {"tracking_uri": f"http://127.0.0.1:{servers.free_port()}"},
-        "artifacts": {"artifact_location": "a-file/artifacts"},
-        "clash": {"id": "abcd1234"},
-        "no-key": {"offline": False},
-    }[case]
-    flags = tracker_flags(name, **{name: init_args})
-    if case == "missing":
-        monkeypatch.setattr(checks, "installed", lambda module: module != "mlflow")
-    if case == "clash":  # another run of the experiment logs to that W&B id
-        other = EXPERIMENT / "other"
-        other.mkdir(parents=True)
-        (other / "provenance.yaml").write_text(yaml.safe_dump({"trackers": {"wandb": {"id": "abcd1234"}}}))
-    if case == "no-key":  # a machine where nobody ran `wandb login`
-        for variable in ("HOME", "WANDB_CONFIG_DIR"):
-            monkeypatch.setenv(variable, str(Path("a-file").resolve()))
-        monkeypatch.delenv("NETRC", raising=False)
-    before = sorted(Path().rglob("*"))
-    assert refused(capsys, lambda: run_cli("fit", *LIMITS, flags)).startswith(expected)
-    assert sorted(Path().rglob("*")) == before
-
-
-def test_w_and_b_finds_a_key_where_wandb_login_leaves_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for variable in ("NETRC", "WANDB_CONFIG_DIR"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert not checks.wandb_key()
-    (tmp_path / ".netrc").write_text("machine github.com login me password not-w-and-b\n")
-    assert not checks.wandb_key()
-    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
-    assert checks.wandb_key()
-    (tmp_path / ".netrc").unlink()
-    monkeypatch.setenv("WANDB_API_KEY", "0123456789abcdef")
-    assert checks.wandb_key()
-    # Offline in the config or in W&B's own environment variable: no key needed.
-    assert checks.wandb_online({"offline": False})
-    assert not checks.wandb_online({"offline": True})
-    assert not checks.wandb_online({"offline": False, "mode": "disabled"})
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    assert not checks.wandb_online({"offline": False})
 
 
 def test_a_server_that_goes_away_mid_run_does_not_stop_training(
