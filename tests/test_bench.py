@@ -27,6 +27,9 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "Data seam",
         "Precision",
         "DDP",
+        "Tracker cost per step: csv",
+        "Tracker cost per step: mlflow (local file store)",
+        "Start-up, image_classifier fit --help",
     ):
         assert f"| {comparison}" in table
     assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped

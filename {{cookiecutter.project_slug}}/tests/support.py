@@ -26,6 +26,18 @@ CONFIGS = ROOT / "configs"
 (PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
 
 
+PRESET_EXTRAS = {"logger/mlflow": "mlflow", "logger/wandb": "wandb"}
+"""Presets whose tracker needs an extra of the project (``pip install -e '.[mlflow]'``): their tests skip without it."""
+
+
+def needs_extras(*presets: str) -> None:
+    """Skips, saying which extra, when a preset's tracker is not installed."""
+    for preset in presets:
+        if preset in PRESET_EXTRAS:
+            extra = PRESET_EXTRAS[preset]
+            pytest.importorskip(extra, reason=f"configs/{preset}.yaml needs the project's `{extra}` extra")
+
+
 def submodule(name: str) -> ModuleType:
     """``<package>.<name>``, e.g. ``submodule("kit.command.cli")``."""
     return importlib.import_module(f"{PACKAGE}.{name}")

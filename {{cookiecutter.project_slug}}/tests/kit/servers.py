@@ -9,11 +9,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from support import ROOT
@@ -29,13 +32,18 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def postgres_binaries() -> Path | None:
+    """The folder of PostgreSQL's ``initdb`` and ``pg_ctl``, where they are on the machine."""
+    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
+    return None if found is None else Path(found).resolve().parent
+
+
 @contextlib.contextmanager
 def postgres() -> Iterator[str]:
     """A PostgreSQL server of its own on a free loopback port, as an unprivileged user; its URL (skips without one)."""
-    found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)
-    if found is None:
+    bin_dir = postgres_binaries()
+    if bin_dir is None:
         pytest.skip("no PostgreSQL binaries (initdb, pg_ctl) on PATH or in /usr/lib/postgresql/*/bin")
-    bin_dir = Path(found).resolve().parent
     pytest.importorskip("psycopg", reason="the PostgreSQL driver comes with the `search` extra")
     # PostgreSQL refuses to run as root: run it as `nobody` in a folder of its own.
     as_user: list[str] = []
@@ -58,8 +66,8 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def mlflow_server_command() -> str:
-    """The ``mlflow`` that can serve: ``$MLFLOW_SERVER``, else the project's ``.venv-mlflow``; fails without one.
+def mlflow_server_found() -> str | None:
+    """The ``mlflow`` that can serve: ``$MLFLOW_SERVER``, else the project's ``.venv-mlflow`` (``None``: neither).
 
     The server runs from an environment of its own, as a team's server runs apart from its training jobs: the
     full ``mlflow`` package would bring scipy, scikit-learn and pandas into the project's environment.
@@ -67,16 +75,45 @@ def mlflow_server_command() -> str:
     for candidate in (os.environ.get(MLFLOW_SERVER_ENV), str(ROOT / ".venv-mlflow" / "bin" / "mlflow")):
         if candidate and Path(candidate).is_file():
             return candidate
-    pytest.fail(
-        f"no MLflow server to test the `mlflow` extra against: run `make mlflow-server` (builds .venv-mlflow from"
-        f" scripts/mlflow-server.txt) or set ${MLFLOW_SERVER_ENV} to the `mlflow` command of such an environment"
-    )
+    return None
+
+
+def mlflow_server_command() -> str:
+    """The ``mlflow`` that can serve (``mlflow_server_found``); fails, saying how to get one, without."""
+    found = mlflow_server_found()
+    if found is None:
+        pytest.fail(
+            f"no MLflow server to test the `mlflow` extra against: run `make mlflow-server` (builds .venv-mlflow from"
+            f" scripts/mlflow-server.txt) or set ${MLFLOW_SERVER_ENV} to the `mlflow` command of such an environment"
+        )
+    return found
+
+
+@dataclass
+class MlflowServer:
+    """An ``mlflow server`` process, perhaps still starting: ``url()`` waits until it answers."""
+
+    address: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def url(self, timeout: float = 120) -> str:
+        """The server's URL, once it answers ``/health`` (fails with its log if it exits or times out)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.address}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return self.address
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"mlflow server did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
-def mlflow_server(store: str | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``mlflow server`` on a free loopback port: its URL and process. ``store``: a database URL (default: SQLite
-    in a folder of its own, which also holds the artifact root)."""
+def mlflow_server(store: str | None = None) -> Iterator[MlflowServer]:
+    """``mlflow server`` on a free loopback port, started and not waited for: start it early, call ``url()`` when
+    needed (it boots in ~5 s of CPU, beside other work). ``store``: a database URL (default: SQLite in a folder of
+    its own, which also holds the artifact root)."""
     folder = Path(tempfile.mkdtemp(prefix="kit-mlflow-"))
     port = free_port()
     store = store or f"sqlite:///{folder / 'mlflow.db'}"
@@ -87,19 +124,47 @@ def mlflow_server(store: str | None = None) -> Iterator[tuple[str, subprocess.Po
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no background job runner
     with open(folder / "server.log", "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"mlflow server did not start:\n{(folder / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield url, process
+        yield MlflowServer(f"http://127.0.0.1:{port}", process, folder / "server.log")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, 15)
         process.wait(30)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_PROXY = """
+import socket, sys, threading
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+def pump(source, sink):
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for end in (source, sink):
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+while True:
+    client, _ = listener.accept()
+    upstream = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    for pair in ((client, upstream), (upstream, client)):
+        threading.Thread(target=pump, args=pair, daemon=True).start()
+"""
+
+
+@contextlib.contextmanager
+def tcp_proxy(url: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A process forwarding a loopback port to ``url``'s: its URL and process. Killing it is, for a client, the
+    server going away (connections reset, then refused), without stopping the server other tests share."""
+    parts = urlsplit(url)
+    process = subprocess.Popen([sys.executable, "-c", _PROXY, str(parts.port)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(process.stdout.readline())  # type: ignore[union-attr]
+        yield f"{parts.scheme}://127.0.0.1:{port}", process
+    finally:
+        process.kill()
+        process.wait(30)

@@ -137,7 +137,7 @@ def test_more_cpu_processes_than_cores_are_refused(run_cli: RunCli, capsys: pyte
             "trainer.default_root_dir: cannot create a_file/runs: a_file is a file",
         ),
         (["--trainer.default_root_dir=a_file"], "trainer.default_root_dir: a_file is a file, not a folder"),
-        # A logger's own save_dir no longer matters: every tracker writes into the run folder (trackers.py).
+        # A logger's own save_dir no longer matters: every tracker writes into the run folder (kit/trackers/).
     ],
 )
 def test_a_save_folder_that_cannot_be_made_is_named_before_training(

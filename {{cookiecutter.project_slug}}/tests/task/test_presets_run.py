@@ -1,4 +1,5 @@
-"""Every preset runs on its own, as its header says (`<pkg> fit -c configs/<group>/<preset>.yaml`), for a few steps.
+"""Every preset runs on its own, as its header says (`<pkg> fit -c configs/<group>/<preset>.yaml`), for a few steps;
+the logger presets also stacked, as theirs says.
 
 test_configs.py proves each one parses and instantiates; this runs it. Small data and two steps: the point is
 that nothing in a preset depends on another file than configs/default.yaml, which every command loads first.
@@ -11,7 +12,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import CONFIGS
+import yaml
+from support import CONFIGS, needs_extras
 
 TRAINING_PRESETS = sorted(
     str(path.relative_to(CONFIGS).with_suffix(""))
@@ -41,6 +43,7 @@ def test_training_presets_are_found() -> None:
 def test_preset_alone_fits(cli: ModuleType, in_tmp: Path, preset: str) -> None:
     if preset in SKIP and not (preset == "distributed/fsdp" and torch.cuda.is_available()):
         pytest.skip(SKIP[preset])
+    needs_extras(preset)
     fitted = cli.build_cli(["fit", f"--config={CONFIGS / preset}.yaml", *FEW_STEPS, *SMALL_GRATINGS])
     assert fitted.trainer.global_step >= 1
     assert torch.isfinite(torch.as_tensor(float(fitted.trainer.callback_metrics.get("train/loss_step", 0.0))))
@@ -52,3 +55,36 @@ def test_fit_with_no_config_is_the_default_run(cli: ModuleType, in_tmp: Path) ->
     assert type(fitted.datamodule).__name__ == "GratingsDataModule"
     assert fitted.trainer.global_step == 2
     assert list(Path("runs/default").glob("*/checkpoints/last.ckpt"))  # a run of the default experiment
+
+
+LOGGERS = ("logger/tensorboard", "logger/csv", "logger/mlflow", "logger/wandb")
+
+
+@pytest.fixture
+def _w_and_b_offline_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's W&B offline, and what W&B leaves in this process's environment gone afterwards."""
+    for name in ("WANDB_MODE", "WANDB_SERVICE", "WANDB_API_KEY", "MLFLOW_TRACKING_URI"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+@pytest.mark.usefixtures("_w_and_b_offline_here")
+def test_logger_presets_stack(cli: ModuleType, in_tmp: Path) -> None:
+    needs_extras(*LOGGERS)
+    presets = [f"--config={CONFIGS / name}.yaml" for name in LOGGERS]
+    fitted = cli.build_cli(["fit", *presets, *FEW_STEPS, *SMALL_GRATINGS])
+    run = Path(fitted.trainer.default_root_dir)
+    kinds = ["TensorBoardLogger", "CSVLogger", "MLFlowLogger", "WandbLogger"]
+    assert [
+        next(k for k in kinds if k in {c.__name__ for c in type(x).__mro__}) for x in fitted.trainer.loggers
+    ] == kinds
+    # Each tracker wrote into the run folder (MLflow's local store beside the runs), and nowhere else.
+    assert list(run.glob("events.out.tfevents.*"))
+    assert "val/acc" in (run / "metrics.csv").read_text().splitlines()[0]
+    assert len(list(run.glob("wandb/offline-run-*"))) == 1
+    trackers = yaml.safe_load((run / "provenance.yaml").read_text())["trackers"]
+    assert trackers["mlflow"]["tracking_uri"] == f"file:{Path('runs/mlruns').resolve()}"
+    assert (Path("runs/mlruns") / trackers["mlflow"]["experiment_id"] / trackers["mlflow"]["run_id"]).is_dir()
+    assert {path.name for path in Path().iterdir()} == {"runs"}
+    assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]

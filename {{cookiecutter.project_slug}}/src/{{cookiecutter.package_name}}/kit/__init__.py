@@ -4,7 +4,8 @@ prediction and export. It works with any LightningModule and LightningDataModule
 
 Folders by concern: ``command/`` (the CLI, runs, provenance, checks before a command), ``safety/`` (checkpoints,
 exact resume, preemption, non-finite stops), ``observe/`` (what a run shows), ``tools/`` (finders, schedule preview,
-export, prediction), ``parts/`` (what configs name), ``search/`` (Optuna).
+export, prediction), ``parts/`` (what configs name), ``search/`` (Optuna), ``trackers/`` (TensorBoard, CSV,
+MLflow, W&B: any logger writes where the run is).
 
 The names below are the kit's public surface: configs and tasks name them here (``<package>.kit.WarmupCosine``), so
 the files behind them can move without breaking a config. They load on first use: importing the kit costs nothing.

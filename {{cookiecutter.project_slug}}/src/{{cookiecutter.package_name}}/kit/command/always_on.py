@@ -21,9 +21,9 @@ from ..safety.nonfinite import StopOnNonFinite
 from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
+from ..trackers.tracked_run import TrackedRun
 from .bad_input import SetupPhase
 from .task_checks import StartCheck
-from .trackers import TrackedRun
 
 
 def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:

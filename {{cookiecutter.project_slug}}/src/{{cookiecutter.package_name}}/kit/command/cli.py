@@ -21,6 +21,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from ..lightning_internals import FitKeepsItsModel
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.signals import STOP
+from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
@@ -38,7 +39,6 @@ from .provenance import drawn_seed
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
-from .trackers import check_trackers, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 PACKAGE = __package__.split(".")[0]

@@ -36,9 +36,9 @@ from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.checkpoints import LAST
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
+from ..trackers.secrets import masked
 from .bad_input import SetupPhase
 from .records import FILE, read_record, record_problem
-from .secrets import masked
 
 PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
 
@@ -136,7 +136,7 @@ class RunRecord:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
         self._progress: dict[str, Any] | None = None  # gathered for a checkpoint being written, not yet committed
-        self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers.py)
+        self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers/placement.py)
         if (problem := record_problem(directory)) is not None:  # never written over: it is the run's history
             raise ValueError(
                 f"{directory / FILE}: not a provenance record ({problem}): repair it, or move the run away"

@@ -23,11 +23,11 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
+from ..trackers.placement import in_run
 from .provenance import Provenance, RunRecord, describe_origin
 from .resume_keys import changed_keys
 from .run_lock import RunLock
 from .runs import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
-from .trackers import in_run
 
 FIT_ONLY = ("ckpt_path", "weights_only")
 """``fit``'s own arguments, left out of a run's ``config.yaml``: the other subcommands refuse them."""

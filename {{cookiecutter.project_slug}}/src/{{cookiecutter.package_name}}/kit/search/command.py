@@ -36,7 +36,6 @@ from optuna.samplers import BaseSampler
 from ..command.cli import ProjectCLI, build_cli
 from ..command.project import Project
 from ..command.runs import is_run
-from ..command.trackers import PARENT_RUN_ENV
 from ..safety.checkpoints import guessed_mode
 from ..safety.signals import PREEMPTED_EXIT_CODE
 from .report import ranked, table, write_best_preset
@@ -144,7 +143,7 @@ def main(args: list[str], project: Project) -> None:
     _write_best(plan, study, cli.parser)
     if parent is not None:
         parent.show_best(study, plan, finished=code == 0)
-        os.environ.pop(PARENT_RUN_ENV, None)  # a search run in a process that goes on (tests) leaves no parent
+        parent.leave()
     sys.exit(code)
 
 

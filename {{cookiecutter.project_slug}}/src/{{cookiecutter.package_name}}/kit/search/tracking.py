@@ -1,10 +1,12 @@
 """A search in MLflow: one parent run per study, each trial's run its child, the parent showing the best trial.
 
-Only when the search's ``fit`` config logs to MLflow (``-c configs/logger/mlflow.yaml``). The parent run is
-found by its study name in the trials' MLflow experiment, so workers on several machines share it; each trial's
-run gets the ``mlflow.parentRunId`` tag (MLflow's nesting) from ``$KIT_MLFLOW_PARENT_RUN_ID``, which this module
-sets for the worker processes. When the command ends, the parent holds the best complete trial's values as
-parameters, its metric, the trial number and ``best.yaml``, and the status FINISHED (KILLED when stopped early).
+Only when the search's ``fit`` config logs to MLflow (``-c configs/logger/mlflow.yaml``). The parent run is in
+the MLflow experiment ``run.experiment`` (or the logger's ``experiment_name``), found there by its study name, so
+workers on several machines share it. Each trial's run goes into that experiment (MLflow nests runs of one
+experiment only) with the ``mlflow.parentRunId`` tag: ``$KIT_MLFLOW_PARENT_EXPERIMENT`` and
+``$KIT_MLFLOW_PARENT_RUN_ID``, which this module sets for the worker processes, tell the trials' loggers. When the
+command ends, the parent holds the best complete trial's values as parameters, its metric, the trial number and
+``best.yaml``, and the status FINISHED (KILLED when stopped early).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import optuna
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import MLFlowLogger
 
-from ..command.secrets import masked
-from ..command.trackers import PARENT_RUN_ENV, class_of, configured_loggers
+from ..trackers.entries import class_of, configured_loggers
+from ..trackers.placement import PARENT_EXPERIMENT_ENV, PARENT_RUN_ENV
+from ..trackers.secrets import masked
 from .report import ranked
 from .worker import Plan
 
@@ -56,6 +59,12 @@ class StudyRun:
                 self.client.log_artifact(self.run_id, str(plan.search_dir / "best.yaml"))
         self.client.set_terminated(self.run_id, "FINISHED" if finished else "KILLED")
 
+    @staticmethod
+    def leave() -> None:
+        """Takes the study's run out of this process's environment (a search in a process that goes on: tests)."""
+        for name in (PARENT_RUN_ENV, PARENT_EXPERIMENT_ENV):
+            os.environ.pop(name, None)
+
 
 def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
     """The study's parent run when the trials log to MLflow (``None`` otherwise); its id goes to the workers."""
@@ -63,7 +72,7 @@ def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
         cls = class_of(entry)
         if cls is not None and issubclass(cls, MLFlowLogger) and isinstance(entry, Namespace):
             experiment = entry.init_args.get("experiment_name")
-            if experiment in (None, "lightning_logs"):  # as trackers.py names a trial's MLflow experiment
+            if experiment in (None, "lightning_logs"):  # the kit's MLflow experiment: run.experiment
                 experiment = config.run.experiment
             try:
                 run = StudyRun(entry.init_args.tracking_uri, experiment, plan.study_name)
@@ -71,6 +80,6 @@ def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
                 raise ValueError(
                     f"MLflow at {masked(entry.init_args.tracking_uri)}: {masked(str(error))[:200]}"
                 ) from None
-            os.environ[PARENT_RUN_ENV] = run.run_id
+            os.environ[PARENT_RUN_ENV], os.environ[PARENT_EXPERIMENT_ENV] = run.run_id, experiment
             return run
     return None
