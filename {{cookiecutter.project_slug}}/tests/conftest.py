@@ -1,4 +1,7 @@
-"""Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back."""
+"""Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back.
+
+Tests marked ``gpu`` need a CUDA GPU: they skip without one, and ``make test-gpu`` runs them all.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +13,29 @@ import pytest
 import torch
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (make test-gpu runs every such test)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _restore_deterministic_algorithms() -> Iterator[None]:
     """``Trainer(deterministic=True)`` switches the whole process to deterministic algorithms: undo it."""
     enabled = torch.are_deterministic_algorithms_enabled()
     yield
     torch.use_deterministic_algorithms(enabled)
+
+
+@pytest.fixture(autouse=True)
+def _restore_matmul_precision() -> Iterator[None]:
+    """``MatmulPrecision`` sets the float32 matmul precision for the whole process: put it back."""
+    precision = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(precision)
 
 
 @pytest.fixture

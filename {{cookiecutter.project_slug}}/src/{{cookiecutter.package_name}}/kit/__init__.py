@@ -19,6 +19,7 @@ _PUBLIC = {
     "WarmupCosine": "parts.schedules",
     "ScheduleCallable": "parts.schedules",
     "EarlyStoppingOnBest": "parts.early_stopping",
+    "MatmulPrecision": "parts.matmul_precision",
     "Profiler": "observe.profiling",
     "PredictionWriter": "tools.prediction",
     "TensorFiles": "tools.prediction",
@@ -29,6 +30,7 @@ _PUBLIC = {
 __all__ = [
     "EarlyStoppingOnBest",
     "InvalidDataError",
+    "MatmulPrecision",
     "PredictionWriter",
     "Profiler",
     "ScheduleCallable",
@@ -41,6 +43,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .observe.profiling import Profiler
     from .parts.early_stopping import EarlyStoppingOnBest
+    from .parts.matmul_precision import MatmulPrecision
     from .parts.schedules import ScheduleCallable, WarmupCosine
     from .safety.checkpoint_io import atomic_save
     from .safety.data_checks import InvalidDataError, check_samples
