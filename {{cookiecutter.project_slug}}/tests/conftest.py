@@ -31,11 +31,12 @@ def _restore_deterministic_algorithms() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _restore_matmul_precision() -> Iterator[None]:
-    """``MatmulPrecision`` sets the float32 matmul precision for the whole process: put it back."""
-    precision = torch.get_float32_matmul_precision()
+def _restore_matmul_precision_and_autotuning() -> Iterator[None]:
+    """``MatmulPrecision`` and ``Trainer(benchmark=...)`` set process-wide switches: put them back."""
+    precision, benchmark = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
     yield
     torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.benchmark = benchmark
 
 
 @pytest.fixture
