@@ -1,13 +1,16 @@
 """On a CUDA GPU (``make test-gpu``): loss scaling with clipping, compile, peak memory, cuDNN autotuning, throughput.
 
-Skipped without a GPU (every test here is marked ``gpu``). The throughput test measures and prints its row
-(tokens/s and model FLOPs utilisation); like every test, it asserts behaviour, not speed.
+Each is marked ``gpu``: skipped without a GPU, run together by ``make test-gpu`` (``scripts/test_gpu.py``). The
+throughput test measures and prints its row (tokens/s and model FLOPs utilisation); like every test, it asserts
+behaviour, not speed.
 """
 
 from __future__ import annotations
 
 import copy
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,13 +20,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
+from support import ROOT
 from torch import nn
 
-pytestmark = pytest.mark.gpu
 ON_GPU = ("--trainer.accelerator=gpu", "--trainer.devices=1")
 SMALL_TRANSFORMER = ("--model.network.init_args.depth=1", "--model.network.init_args.dim=32")
 
 
+@pytest.mark.gpu
 def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable[..., object]) -> None:
     threshold = 0.05  # below this model's gradient norms: every step is clipped
     built = run_cli(
@@ -43,6 +47,7 @@ def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable
     assert max(recorded.before) < scaler.get_scale()
 
 
+@pytest.mark.gpu
 def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..., object]) -> None:
     before = probes.graphs_compiled()
     built = run_cli(
@@ -58,6 +63,7 @@ def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..
     assert not [key for key in state if "_orig_mod" in key]
 
 
+@pytest.mark.gpu
 def test_peak_memory_is_logged_every_epoch(run_cli: Callable[..., object]) -> None:
     built = run_cli("fit", *ON_GPU)
     peaks = [value for _, value in probes.read_scalars(built.trainer.log_dir)["perf/peak_memory_gib"]]
@@ -66,6 +72,7 @@ def test_peak_memory_is_logged_every_epoch(run_cli: Callable[..., object]) -> No
     assert all(0 < peak < total for peak in peaks)
 
 
+@pytest.mark.gpu
 def test_benchmark_preset_autotunes_cudnn(run_cli: Callable[..., object]) -> None:
     enabled = torch.backends.cudnn.benchmark
     try:
@@ -99,6 +106,7 @@ def steps_per_second(network: nn.Module, images: torch.Tensor, labels: torch.Ten
     return durations
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     "size",
     [{}, {"patch_size": 4, "dim": 512, "depth": 8, "heads": 8, "mlp_ratio": 4.0}],
@@ -131,3 +139,11 @@ def test_cuda_throughput_row(networks: object, size: dict[str, object]) -> None:
     assert eager > 0
     assert compiled > 0
     assert flops > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, the script runs every test marked gpu")
+def test_make_test_gpu_skips_cleanly_without_a_gpu(tmp_path: Path) -> None:
+    script, results = ROOT / "scripts" / "test_gpu.py", tmp_path / "results.txt"
+    done = subprocess.run([sys.executable, str(script), f"--output={results}"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results.read_text() == "test-gpu: skipped: no CUDA GPU on this machine\n"
