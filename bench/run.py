@@ -23,7 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts,
 
 from common import report as bench_report
 
-COMPARISONS = ("overhead", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu", "safeguards")
+COMPARISONS = (
+    *("overhead", "kit_parts", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu"),
+    *("safeguards", "growth"),
+)
 
 
 def main(tiny: bool = False, repeats: int = 5, only: list[str] | None = None) -> str:
