@@ -32,7 +32,7 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "DDP",
         "Growth: default run's step, batch 32",
         "Growth: default run's step, width [64, 128]",
-        "Growth: `image_classifier runs` over 100 runs",
+        "Growth: `image_classifier runs` over 10 runs",
     ):
         assert f"| {comparison}" in table
     assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped
