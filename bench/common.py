@@ -203,6 +203,12 @@ def paired_ratios(candidate: list[float], baseline: list[float]) -> list[float]:
     return [c / b for c, b in zip(candidate, baseline, strict=True)]
 
 
+def median_ratios(candidate: list[list[float]], baseline: list[list[float]]) -> list[float]:
+    """Per pair of alternated runs, the ratio of their median steps."""
+    medians = {side: [statistics.median(run) for run in runs] for side, runs in (("c", candidate), ("b", baseline))}
+    return paired_ratios(medians["c"], medians["b"])
+
+
 def markdown(rows: list[Row]) -> str:
     """The rows as a markdown table."""
     lines = [
