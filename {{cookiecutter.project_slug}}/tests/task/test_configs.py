@@ -6,7 +6,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
 from support import CONFIGS, refused
 
 PRESETS = sorted(str(path.relative_to(CONFIGS).with_suffix("")) for path in CONFIGS.rglob("*.yaml"))
