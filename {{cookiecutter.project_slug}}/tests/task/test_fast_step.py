@@ -14,7 +14,9 @@ import torch
 ADAMW = functools.partial(torch.optim.AdamW, lr=0.003, weight_decay=0.01)
 
 
-def classifier_on(classifier: ModuleType, networks: ModuleType, compiled: bool, **trainer: object) -> pl.LightningModule:
+def classifier_on(
+    classifier: ModuleType, networks: ModuleType, compiled: bool, **trainer: object
+) -> pl.LightningModule:
     torch.manual_seed(0)
     network = functools.partial(networks.ConvNet, widths=[4], dropout=0.0)  # the same forward on every model
     model = classifier.Classifier(network, optimizer=ADAMW, compile_network=compiled)
@@ -27,7 +29,9 @@ def step_kind(optimizer: torch.optim.Optimizer) -> tuple[object, object]:
     return group["fused"], group["foreach"]
 
 
-def test_compiled_variant_steps_fused_with_the_configured_settings(classifier: ModuleType, networks: ModuleType) -> None:
+def test_compiled_variant_steps_fused_with_the_configured_settings(
+    classifier: ModuleType, networks: ModuleType
+) -> None:
     eager = classifier_on(classifier, networks, compiled=False).configure_optimizers()
     fused = classifier_on(classifier, networks, compiled=True).configure_optimizers()
     assert step_kind(eager) == (None, None)  # PyTorch's default: a loop over the parameters on a CPU

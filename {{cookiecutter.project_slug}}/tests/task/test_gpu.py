@@ -132,7 +132,7 @@ def test_cuda_throughput_row(networks: object, size: dict[str, object]) -> None:
     assert probes.graphs_compiled() - graphs <= 1  # one training graph, built in the warm-up
     mfu = f"MFU eager {flops / eager / peak:.1%}, compiled {flops / compiled / peak:.1%}" if peak else "MFU: n/a"
     print(  # shown in the report of `make test-gpu` (pytest -rA)
-        f"CUDA Transformer ({size and 'wide' or 'configured'}, batch {batch}, bf16-mixed): "
+        f"CUDA Transformer ({'wide' if size else 'configured'}, batch {batch}, bf16-mixed): "
         f"eager {tokens / eager:,.0f} tokens/s, compiled + fused AdamW {tokens / compiled:,.0f} tokens/s "
         f"({eager / compiled:.2f}x); {mfu}; {flops / 1e9:.1f} GFLOP per step; {torch.cuda.get_device_name()}"
     )

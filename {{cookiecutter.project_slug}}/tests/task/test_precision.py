@@ -13,7 +13,6 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from support import CONFIGS
 
 
-
 def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dtype, *flags: str) -> object:
     """Fits with ``preset``: the network computes in ``logits`` dtype, weights and checkpoint stay float32."""
     built = run_cli("fit", "--trainer.callbacks+=probes.OutputDtypeRecorder", *flags, presets=("debug/tiny", preset))
