@@ -142,7 +142,12 @@ def best_median_ms(runs: list[list[float]]) -> float:
 
 @dataclass
 class Row:
-    """One comparison: ``candidate`` against ``baseline``; ``ratio`` is candidate / baseline."""
+    """One comparison: ``candidate`` against ``baseline``.
+
+    ``repeats`` holds one value per paired repeat: candidate / baseline ratios, or, with ``difference`` set
+    to their unit, candidate - baseline differences. The table shows their median and interquartile range;
+    without them, the ratio of the two values and no spread.
+    """
 
     comparison: str
     baseline: str
@@ -151,26 +156,72 @@ class Row:
     candidate_value: float
     unit: str
     goal: str = ""
-    met: bool | None = None
+    met: bool | str | None = None
     note: str = ""
+    repeats: list[float] | None = None
+    difference: str = ""
 
     @property
     def ratio(self) -> float:
+        if self.repeats and not self.difference:
+            return statistics.median(self.repeats)
         return self.candidate_value / self.baseline_value if self.baseline_value else float("nan")
+
+    def shown(self) -> str:
+        """The ratio column: the median ratio, or the median difference."""
+        if self.difference and self.repeats:
+            return f"{statistics.median(self.repeats):+.3f} {self.difference}"
+        return f"{self.ratio:.3f}x"
+
+    def spread(self) -> str:
+        """The spread column: the interquartile range over paired repeats, and their number."""
+        if not self.repeats or len(self.repeats) < 2:
+            return ""
+        q1, _, q3 = quartiles(self.repeats)
+        if self.difference:
+            return f"{q1:+.3f} to {q3:+.3f} {self.difference} (n={len(self.repeats)})"
+        return f"{q1:.3f}-{q3:.3f}x (n={len(self.repeats)})"
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """First quartile, median and third quartile (of one value: itself three times)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def judge(repeats: list[float], limit: float) -> str:
+    """``yes`` when the whole interquartile range is within ``<= limit``, ``no`` when all of it is above, else
+    ``unsettled``: the spread is too wide to say."""
+    q1, _, q3 = quartiles(repeats)
+    return "yes" if q3 <= limit else "no" if q1 > limit else "unsettled"
+
+
+def paired_ratios(candidate: list[float], baseline: list[float]) -> list[float]:
+    """Ratios of two sides' values taken in alternation, repeat by repeat."""
+    return [c / b for c, b in zip(candidate, baseline, strict=True)]
+
+
+def median_ratios(candidate: list[list[float]], baseline: list[list[float]]) -> list[float]:
+    """Per pair of alternated runs, the ratio of their median steps."""
+    medians = {side: [statistics.median(run) for run in runs] for side, runs in (("c", candidate), ("b", baseline))}
+    return paired_ratios(medians["c"], medians["b"])
 
 
 def markdown(rows: list[Row]) -> str:
     """The rows as a markdown table."""
     lines = [
-        "| comparison | baseline | candidate | ratio | goal | met | notes |",
-        "|---|---|---|---|---|---|---|",
+        "| comparison | baseline | candidate | ratio (median) | spread (IQR of paired repeats) | goal | met | notes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        met = "" if row.met is None else ("yes" if row.met else "**no**")
+        met = "" if row.met is None else row.met if isinstance(row.met, str) else "yes" if row.met else "no"
+        met = f"**{met}**" if met in ("no", "unsettled") else met
         lines.append(
             f"| {row.comparison} | {row.baseline}: {row.baseline_value:.4g} {row.unit} "
-            f"| {row.candidate}: {row.candidate_value:.4g} {row.unit} | {row.ratio:.3f}x | {row.goal} | {met} "
-            f"| {row.note} |"
+            f"| {row.candidate}: {row.candidate_value:.4g} {row.unit} | {row.shown()} | {row.spread()} | {row.goal} "
+            f"| {met} | {row.note} |"
         )
     return "\n".join(lines)
 

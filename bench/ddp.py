@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import PACKAGE, Row, best_median_ms, config_flags, run_dir_flags, steady
+from common import PACKAGE, Row, best_median_ms, config_flags, median_ratios, run_dir_flags, steady
 
 
 def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple[str, ...]) -> dict:
@@ -63,7 +63,8 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     single, double = runs[1][0]["state"], runs[2][0]["state"]
     diff = max(float((single[k].float() - double[k].float()).abs().max()) for k in single)
     agree = diff < 1e-5
-    step_ms = {d: best_median_ms([steady(r["ends"], r["start"], steps // 5) for r in runs[d]]) for d in runs}
+    steps_of = {d: [steady(r["ends"], r["start"], steps // 5) for r in runs[d]] for d in runs}
+    step_ms = {d: best_median_ms(steps_of[d]) for d in runs}
     wall = {d: sorted(r["wall"] for r in runs[d])[len(runs[d]) // 2] for d in runs}
     return [
         Row(
@@ -75,6 +76,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
             "ms/step",
             goal="same weights",
             met=agree,
+            repeats=median_ratios(steps_of[2], steps_of[1]),
             note=f"weights after {steps} steps: max |diff| {diff:.1e}; wall per run {wall[1]:.1f} s vs {wall[2]:.1f} s",
         )
     ]

@@ -24,16 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts,
 from common import report as bench_report
 
 COMPARISONS = (
-    "overhead",
-    "compiled",
-    "startup",
-    "data_pipeline",
-    "data_seam",
-    "precision",
-    "ddp",
-    "gpu",
-    "safeguards",
-    "trackers",
+    *("overhead", "kit_parts", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu"),
+    *("safeguards", "trackers", "growth"),
 )
 
 

@@ -21,6 +21,9 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
     table = done.stdout
     for comparison in (
         "Trainer overhead",
+        "Kit's cost per step over bare Lightning",
+        "Lightning's cost per step over the hand loop",
+        "Kit part per step",
         "Compiled Transformer",
         "Startup",
         "Data pipeline",
@@ -30,6 +33,9 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "Tracker cost per step: csv",
         "Tracker cost per step: mlflow (local file store)",
         "Start-up, image_classifier fit --help",
+        "Growth: default run's step, batch 32",
+        "Growth: default run's step, width [64, 128]",
+        "Growth: `image_classifier runs` over 10 runs",
     ):
         assert f"| {comparison}" in table
     assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped

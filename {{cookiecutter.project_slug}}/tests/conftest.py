@@ -2,6 +2,7 @@
 
 Tests marked ``faults`` (the fault matrix beyond its slice, an MLflow server on PostgreSQL; ~30 min) run only with
 ``--faults`` (``make test-faults``).
+Tests marked ``gpu`` need a CUDA GPU: they skip without one, and ``make test-gpu`` runs them all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (make test-gpu runs every such test)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
     if config.getoption("--faults"):
         return
     kept = [item for item in items if item.get_closest_marker("faults") is None]
@@ -33,6 +39,15 @@ def _restore_deterministic_algorithms() -> Iterator[None]:
     enabled = torch.are_deterministic_algorithms_enabled()
     yield
     torch.use_deterministic_algorithms(enabled)
+
+
+@pytest.fixture(autouse=True)
+def _restore_matmul_precision_and_autotuning() -> Iterator[None]:
+    """``MatmulPrecision`` and ``Trainer(benchmark=...)`` set process-wide switches: put them back."""
+    precision, benchmark = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
+    yield
+    torch.set_float32_matmul_precision(precision)
+    torch.backends.cudnn.benchmark = benchmark
 
 
 @pytest.fixture

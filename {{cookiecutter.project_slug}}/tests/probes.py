@@ -164,3 +164,13 @@ class NanGradientNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _NanBackward.apply(self.linear(x.flatten(1)))  # (B, num_classes)
+
+
+class MatmulPrecisionRecorder(pl.Callback):
+    """Records the float32 matmul precision as training starts."""
+
+    def __init__(self) -> None:
+        self.seen = ""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.seen = torch.get_float32_matmul_precision()

@@ -183,7 +183,7 @@ def test_checkpoint_written_on_gpu_loads_on_cpu(cli: ModuleType, run_dir: Path, 
     assert resumed.trainer.current_epoch == 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_gpu_run_resumes_on_cpu(cli: ModuleType, tmp_path: Path) -> None:
     crash = fault("RaiseAtStep", step=STEPS_PER_EPOCH + 2)
     with pytest.raises(RuntimeError, match="injected crash"):

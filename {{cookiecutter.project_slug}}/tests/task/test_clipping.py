@@ -1,4 +1,4 @@
-"""Gradient clipping: the optimizer never sees more than the threshold, and the raw norm is logged every step."""
+"""Gradient clipping: the optimizer never sees more than the threshold, and the raw norm is logged at logging steps."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import probes
 import pytest
+import torch
 
 STEPS = 8  # debug.yaml: 2 epochs x 4 batches
 
@@ -26,6 +27,31 @@ def test_norm_clipping_caps_the_global_norm_and_logs_the_raw_one(run_cli: Callab
     logged = probes.read_scalars(built.trainer.log_dir)["train/grad_norm"]
     assert [step for step, _ in logged] == list(range(STEPS))  # every optimizer step
     assert [value for _, value in logged] == pytest.approx(recorded.before, rel=1e-5)  # the norm before clipping
+
+
+def test_grad_norm_is_computed_only_at_logging_steps_before_clipping(
+    run_cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threshold, every = 0.05, 3  # every step clipped; Lightning logs steps 2 and 5 of 8
+    computed: list[float] = []
+    total_norm = torch.nn.utils.get_total_norm  # the monitor's; Lightning's clipping calls torch's private one
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        norm = total_norm(*args, **kwargs)
+        computed.append(float(norm))
+        return norm
+
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", counted)
+    built = run_cli(
+        "fit", f"--trainer.gradient_clip_val={threshold}", f"--trainer.log_every_n_steps={every}",
+        presets=("debug/tiny", "training/clip_norm"),
+    )  # fmt: skip
+    logged = probes.read_scalars(built.trainer.log_dir)
+    steps = [step for step, _ in logged["train/grad_norm"]]
+    assert steps == [step for step, _ in logged["train/loss_step"]] == [2, 5]  # Lightning's logging steps
+    assert len(computed) == len(steps)  # and computed at no other step
+    assert [value for _, value in logged["train/grad_norm"]] == pytest.approx(computed, rel=1e-6)
+    assert min(computed) > threshold  # the norm before clipping (after it, every step's is the threshold)
 
 
 def test_value_clipping_caps_every_element(run_cli: Callable[..., object]) -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-import torch
 from support import CONFIGS, needs_extras, refused
 
 PRESETS = sorted(str(path.relative_to(CONFIGS).with_suffix("")) for path in CONFIGS.rglob("*.yaml"))
@@ -40,12 +39,10 @@ def test_no_config_builds_the_default_run(cli: ModuleType, classifier: ModuleTyp
     assert isinstance(built.model, classifier.Classifier)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.gpu) if p in NEEDS_GPU else p for p in PRESETS])
 def test_preset_alone_instantiates_and_round_trips(
     cli: ModuleType, classifier: ModuleType, preset: str, image_root: Path, in_tmp: Path
 ) -> None:
-    if preset in NEEDS_GPU and not torch.cuda.is_available():
-        pytest.skip(NEEDS_GPU[preset])
     needs_extras(preset)
     extra = tuple(flag.format(image_root=image_root) for flag in NEEDS_VALUE.get(preset, ()))
     built = build(cli, preset, extra=extra)

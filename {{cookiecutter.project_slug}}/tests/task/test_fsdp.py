@@ -25,7 +25,7 @@ def test_fsdp_preset_parses(run_cli: Callable[..., object], capsys: pytest.Captu
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP runs on CUDA GPUs only")
+@pytest.mark.gpu  # FSDP runs on CUDA GPUs only
 def test_fsdp_checkpoint_loads_without_fsdp(run_cli: Callable[..., object]) -> None:
     fitted = run_cli("fit", f"--trainer.devices={torch.cuda.device_count()}", presets=STACK)
     assert type(fitted.trainer.strategy).__name__ == "FSDPStrategy"

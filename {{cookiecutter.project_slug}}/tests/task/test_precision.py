@@ -12,8 +12,6 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from support import CONFIGS
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 
 def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dtype, *flags: str) -> object:
     """Fits with ``preset``: the network computes in ``logits`` dtype, weights and checkpoint stay float32."""
@@ -40,7 +38,7 @@ def test_16_mixed_on_cpu_falls_back_to_bf16_with_a_warning(cli: ModuleType, in_t
     assert (plugin.device, plugin.precision, plugin.scaler) == ("cpu", "bf16-mixed", None)
 
 
-@needs_gpu
+@pytest.mark.gpu
 def test_16_mixed_on_gpu_scales_the_loss(run_cli: Callable[..., object]) -> None:
     built = fit_and_check(run_cli, "precision/fp16", torch.float16, "--trainer.accelerator=gpu", "--trainer.devices=1")
     assert built.trainer.precision == "16-mixed"
@@ -48,7 +46,7 @@ def test_16_mixed_on_gpu_scales_the_loss(run_cli: Callable[..., object]) -> None
     assert built.trainer.precision_plugin.scaler.get_scale() > 1.0
 
 
-@needs_gpu
+@pytest.mark.gpu
 def test_bf16_mixed_fit_on_gpu(run_cli: Callable[..., object]) -> None:
     built = fit_and_check(run_cli, "precision/bf16", torch.bfloat16, "--trainer.accelerator=gpu", "--trainer.devices=1")
     assert built.trainer.precision == "bf16-mixed"

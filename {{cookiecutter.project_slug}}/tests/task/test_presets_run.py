@@ -20,8 +20,7 @@ TRAINING_PRESETS = sorted(
     for path in CONFIGS.rglob("*.yaml")
     if path.parent != CONFIGS and path.parent.name not in {"predict", "search", "data"}
 )
-SKIP = {
-    "distributed/fsdp": "FSDPStrategy needs CUDA GPUs",
+SKIP = {  # distributed/fsdp needs CUDA GPUs: marked `gpu`
     "model/compile": "compiles for ~25 s cold on a CPU: test_compile.py fits it (stacked on the transformer)",
 }
 FEW_STEPS = [  # two steps and a validation: what an epoch does, in brief
@@ -39,9 +38,11 @@ def test_training_presets_are_found() -> None:
     assert {"debug/tiny", "model/transformer", "precision/bf16", "training/accumulate"} <= set(TRAINING_PRESETS)
 
 
-@pytest.mark.parametrize("preset", TRAINING_PRESETS)
+@pytest.mark.parametrize(
+    "preset", [pytest.param(p, marks=pytest.mark.gpu) if p == "distributed/fsdp" else p for p in TRAINING_PRESETS]
+)
 def test_preset_alone_fits(cli: ModuleType, in_tmp: Path, preset: str) -> None:
-    if preset in SKIP and not (preset == "distributed/fsdp" and torch.cuda.is_available()):
+    if preset == "model/compile":
         pytest.skip(SKIP[preset])
     needs_extras(preset)
     fitted = cli.build_cli(["fit", f"--config={CONFIGS / preset}.yaml", *FEW_STEPS, *SMALL_GRATINGS])

@@ -21,6 +21,7 @@ _PUBLIC = {
     "WarmupCosine": "parts.schedules",
     "ScheduleCallable": "parts.schedules",
     "EarlyStoppingOnBest": "parts.early_stopping",
+    "MatmulPrecision": "parts.matmul_precision",
     "Profiler": "observe.profiling",
     "PredictionWriter": "tools.prediction",
     "TensorFiles": "tools.prediction",
@@ -32,6 +33,7 @@ __all__ = [
     "BestCheckpoint",
     "EarlyStoppingOnBest",
     "InvalidDataError",
+    "MatmulPrecision",
     "PredictionWriter",
     "Profiler",
     "ScheduleCallable",
@@ -44,6 +46,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .observe.profiling import Profiler
     from .parts.early_stopping import EarlyStoppingOnBest
+    from .parts.matmul_precision import MatmulPrecision
     from .parts.schedules import ScheduleCallable, WarmupCosine
     from .safety.checkpoint_io import atomic_save
     from .safety.checkpoints import BestCheckpoint

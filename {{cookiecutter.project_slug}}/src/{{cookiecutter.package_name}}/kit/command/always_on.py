@@ -16,6 +16,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from ..observe.memory import MemoryBudget
 from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from ..observe.progress import EpochLine
+from ..parts.matmul_precision import unless_configured
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.nonfinite import StopOnNonFinite
 from ..safety.plateau_resume import PlateauResume
@@ -35,6 +36,7 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
     callbacks.append(StopOnNonFinite())
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
+    callbacks += unless_configured(as_list(trainer_config.get("callbacks")))
     if trainer_config.get("logger") is not False:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if trainer_config.get("enable_model_summary") is not False:

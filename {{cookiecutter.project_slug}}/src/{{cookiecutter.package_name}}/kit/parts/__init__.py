@@ -1,1 +1,1 @@
-"""Parts that configs name by class path: schedules, early stopping."""
+"""Parts that configs name by class path: schedules, early stopping, the float32 matmul precision."""
