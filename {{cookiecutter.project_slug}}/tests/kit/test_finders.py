@@ -20,6 +20,8 @@ from lightning.pytorch.tuner.lr_finder import _LRFinder
 from support import refused, run_dir_flags, submodule
 
 finders = submodule("kit.tools.finders")
+finder_presets = submodule("kit.tools.finder_presets")
+finder_plots = submodule("kit.tools.finder_plots")
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
@@ -164,7 +166,7 @@ def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:
     config = Namespace(model=Namespace(init_args=Namespace(optimizer=optimizer, hidden=8)), data=Namespace(lr=1.0))
 
     def key(named: str | None, names: tuple[str, ...] = finders.LR_NAMES) -> str:
-        return finders.config_key(config, named, "model", names, "lr_key")
+        return finder_presets.config_key(config, named, "model", names, "lr_key")
 
     assert key(None) == "model.init_args.optimizer.init_args.lr"  # `data.lr` is not under `model`
     assert key("model.init_args.hidden") == "model.init_args.hidden"
@@ -207,7 +209,7 @@ def test_the_suggestion_is_the_steepest_descent_against_log_lr() -> None:
 def test_text_plot_marks_the_suggestion() -> None:
     lrs = [10.0**e for e in range(-6, 1)]
     losses = [1.0, 0.9, 0.5, 0.2, 0.3, float("nan"), 2.0]  # non-finite losses are left out
-    plot = finders.text_plot(lrs, losses, marked=3, width=7, height=5).splitlines()
+    plot = finder_plots.text_plot(lrs, losses, marked=3, width=7, height=5).splitlines()
     assert plot[0] == "        2 |      *"
     assert plot[4] == "      0.2 |   o*  "  # 0.3 rounds to the bottom row too
     assert plot[-1].split() == ["lr", "1.0e-06", "1.0e+00"]

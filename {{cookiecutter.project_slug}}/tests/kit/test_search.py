@@ -223,7 +223,7 @@ def test_a_trial_folder_belongs_to_the_study_that_made_it(tmp_path: Path) -> Non
 
 
 def test_a_study_started_before_trial_folders_were_marked_keeps_its_own(in_tmp: Path) -> None:
-    command, worker = submodule("kit.search.command"), submodule("kit.search.worker")
+    start, worker = submodule("kit.search.start"), submodule("kit.search.worker")
     SEARCH.mkdir(parents=True)
     journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log")))
     earlier = optuna.create_study(study_name="search", storage=journal)  # as a version without marks left it
@@ -232,7 +232,7 @@ def test_a_study_started_before_trial_folders_were_marked_keeps_its_own(in_tmp: 
     settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {"sampler": None, "pruner": None}}
     settings["project"] = submodule("kit.command.project").Project()
     plan = worker.Plan("search", None, SEARCH, SEARCH / "base.yaml", (), "val/loss", "minimize", 2, **settings)
-    _, _, plan = command._start_study(plan, "trainer: {}\n")
+    _, _, plan = start.start_study(plan, "trainer: {}\n")
     assert plan.study_uid == load_study().user_attrs["uid"]
     submodule("kit.search.trial").claim(SEARCH / "trial-000", plan.study_uid)  # its own: a retry may resume it
 

@@ -4,7 +4,7 @@ A value can be refused at four moments, and each ends the same way:
 
 1. while the command line and config files are parsed: jsonargparse's multi-line type errors are condensed
    to one line (``OneLineErrorParser``), and a config file that is not a YAML mapping is named with the
-   line and column of the problem (``ConfigFile``);
+   line and column of the problem (``config_files.py``);
 2. while the configured classes are built: whatever a constructor raises (a ``ValueError``, Lightning's
    ``MisconfigurationException`` from the Trainer, a missing optional package) is about a configured value;
 3. by the kit's checks of the Trainer, the paths and the task (``task_checks.py``) before the subcommand starts;
@@ -31,8 +31,6 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
-import yaml
-from jsonargparse import ActionConfigFile
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser
@@ -40,7 +38,6 @@ from lightning.pytorch.cli import LightningArgumentParser
 from ..safety.checkpoints import read_checkpoint
 from ..safety.data_checks import InvalidDataError
 from ..text import plain
-from .project import DEFAULT_CONFIG_ENV
 
 
 class BadInputError(ValueError):
@@ -160,87 +157,6 @@ def refused_parse(config: Any) -> str | None:
         except ValueError as error:
             return str(error)
     return None
-
-
-def refused_config_files(paths: Iterable[str]) -> str | None:
-    """The first of the configs every command starts from that is not a YAML mapping, or ``None`` (jsonargparse
-    would not name the file)."""
-    for path in paths:
-        try:
-            check_config_file(path)
-        except TypeError as error:
-            return f"{error} (a config every command starts from: ${DEFAULT_CONFIG_ENV} or configs/)"
-    return None
-
-
-class ConfigFile(ActionConfigFile):
-    """``--config FILE``, refused with the file's name (and line) when it is empty, not YAML or not a mapping.
-
-    jsonargparse reports these as ``Unexpected config:`` or a YAML error located in ``<unicode string>``.
-    """
-
-    def __call__(self, parser: object, cfg: object, values: object, option_string: str | None = None) -> None:
-        if isinstance(values, str) and Path(values).is_file():
-            check_config_file(values)
-        super().__call__(parser, cfg, values, option_string)
-
-
-class _DuplicateKeyError(yaml.constructor.ConstructorError):
-    """A key given twice in one mapping of a YAML file."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last, silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            if key == "<<" or not isinstance(key, (str, int, float, bool)):
-                continue  # merge keys repeat by design; unhashable keys fail in PyYAML itself
-            if key in seen:
-                raise _DuplicateKeyError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node
-        return super().construct_mapping(node, deep)
-
-
-def check_config_file(path: str | Path) -> None:
-    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping with each key
-    once."""
-    try:
-        loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except UnicodeDecodeError:
-        raise TypeError(f"config {path} is not a text file") from None
-    except _DuplicateKeyError as error:
-        raise TypeError(
-            f"config {path}{_at(error.problem_mark)}: {error.problem}: YAML would keep only the last"
-        ) from None
-    except yaml.MarkedYAMLError as error:
-        raise TypeError(f"config {path}{_at(error.problem_mark)}: {error.problem} ({_context(error)})") from None
-    except yaml.YAMLError as error:
-        raise TypeError(f"config {path}: {plain(str(error)).splitlines()[0]}") from None
-    if loaded is None:
-        raise TypeError(f"config {path} is empty: it should map keys to values, e.g. `trainer:` with `max_epochs: 5`")
-    if not isinstance(loaded, dict):
-        raise TypeError(
-            f"config {path} holds a {type(loaded).__name__}, not a mapping of keys (`trainer:`, `model:`, ...)"
-        )
-
-
-def _at(mark: yaml.Mark | None) -> str:
-    return f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-
-
-def _context(error: yaml.MarkedYAMLError) -> str:
-    """What the YAML parser was reading, and where that started: "while parsing a flow sequence at line 2, ..."."""
-    if error.context is None:
-        return "YAML syntax"
-    return f"YAML syntax: {error.context}{_at(error.context_mark).replace(',', ' at', 1)}"
 
 
 class OneLineErrorParser(LightningArgumentParser):

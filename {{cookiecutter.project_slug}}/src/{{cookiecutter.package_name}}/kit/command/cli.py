@@ -25,15 +25,14 @@ from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
-    ConfigFile,
     OneLineErrorParser,
     RunFiles,
     SetupPhase,
     describe,
     innermost_cause,
-    refused_config_files,
     refused_parse,
 )
+from .config_files import ConfigFile, refused_config_files
 from .project import Project, drop_unlanded_links
 from .provenance import drawn_seed
 from .runs import RunDirectory

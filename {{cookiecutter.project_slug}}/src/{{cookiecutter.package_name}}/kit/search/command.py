@@ -13,16 +13,8 @@ trial folders it made (each holds ``study.yaml`` with the study's id).
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import inspect
-import json
-import multiprocessing
-import os
-import signal
 import sys
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,15 +27,15 @@ from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
 from ..command.project import Project
-from ..command.runs import is_run
 from ..safety.checkpoints import guessed_mode
-from ..safety.signals import PREEMPTED_EXIT_CODE
+from .launch import run_workers
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
-from .storage import JOURNAL, exclusive, shown, study_exists
+from .start import start_study
+from .storage import JOURNAL, shown
 from .tracking import study_run
-from .trial import MARK, trial_dir
-from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker, spawned_worker
+from .trial import trial_dir
+from .worker import INTERRUPTED_EXIT_CODE, Plan, quiet, run_worker
 
 
 class SearchSettings:
@@ -122,7 +114,7 @@ def main(args: list[str], project: Project) -> None:
     try:
         plan = make_plan(cli.parser, cli.config, project)
         base = _fit_config(cli.parser, cli.config)
-        study, storage, plan = _start_study(plan, base)
+        study, storage, plan = start_study(plan, base)
         parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
     except ValueError as error:  # SpaceError included
         print(f"error: {error}", file=sys.stderr, flush=True)
@@ -136,7 +128,7 @@ def main(args: list[str], project: Project) -> None:
         flush=True,
     )
     try:
-        code = run_worker(plan, study, storage) if workers == 1 else _run_workers(plan, workers)
+        code = run_worker(plan, study, storage) if workers == 1 else run_workers(plan, workers)
     except KeyboardInterrupt:
         code = INTERRUPTED_EXIT_CODE
     print(table(study, list(plan.space), plan.metric), flush=True)
@@ -199,107 +191,6 @@ def _fit_config(parser: LightningArgumentParser, config: Namespace) -> str:
     return "# The fit config every trial of this search starts from (written by `search`).\n" + yaml.safe_dump(
         fit, sort_keys=False
     )
-
-
-def _start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.BaseStorage, Plan]:
-    """Creates the study, or joins it when its space, metric and ``base`` config are this command's.
-
-    A new study never takes over trial folders it finds in the search directory (an earlier study's, whose journal
-    is gone or lives in another storage), and a fit run's folder is never a search's: both are refused before
-    anything is written. Returns the plan with the study's id, which marks the trial folders it makes.
-    """
-    where = shown(plan.storage) if plan.storage else plan.search_dir / JOURNAL
-    if is_run(plan.search_dir):
-        raise ValueError(
-            f"run.name: {plan.search_dir} is a fit run, not a search's folder: give the search another --run.name"
-        )
-    found = sorted(path.name for path in plan.search_dir.glob("trial-*") if path.is_dir())
-    if found and not study_exists(plan.storage, plan.search_dir, plan.study_name):
-        raise ValueError(
-            f"{plan.search_dir} holds trial folders of another study ({', '.join(found)}): this study ({where}) did"
-            " not make them; give the search another --run.name, or move them away"
-        )
-    fit = yaml.safe_load(base)
-    fit.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
-    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": fit}
-    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
-    study, storage = plan.open_study()
-    with exclusive(storage, plan.study_name):  # workers that start together agree on one id
-        known = study.user_attrs.get("fingerprint")
-        if known is None:
-            study.set_user_attr("fingerprint", fingerprint)
-        elif known != fingerprint:
-            raise ValueError(
-                f"study {plan.study_name!r} in {where} was started with another space, metric or fit config; give"
-                " this search another --run.name"
-            )
-        if (uid := study.user_attrs.get("uid")) is None:
-            uid = uuid.uuid4().hex
-            study.set_user_attr("uid", uid)
-            _adopt_own_trials(plan, study, uid)
-    return study, storage, dataclasses.replace(plan, study_uid=uid)
-
-
-def _adopt_own_trials(plan: Plan, study: optuna.Study, uid: str) -> None:
-    """Marks the trial folders of a study that a version without marks started (its trials are in the study)."""
-    for trial in study.get_trials(deepcopy=False):
-        folder = trial_dir(plan.search_dir, trial.system_attrs.get("failed_trial", trial.number))
-        if folder.is_dir() and not (folder / MARK).exists():
-            (folder / MARK).write_text(f"study: {uid}\n")
-
-
-def _run_workers(plan: Plan, workers: int) -> int:
-    """Starts ``workers`` worker processes and waits for them; Ctrl-C and SIGTERM stop them gracefully (SIGTERM)."""
-    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or CUDA state forked
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    shares = [cpus[len(cpus) * i // workers : len(cpus) * (i + 1) // workers] for i in range(workers)]
-    processes = [
-        context.Process(target=spawned_worker, args=(plan, share), name=f"worker-{i}") for i, share in enumerate(shares)
-    ]
-    for process in processes:
-        process.start()
-
-    def stop(signum: int = signal.SIGTERM, frame: object = None) -> None:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()  # SIGTERM: each saves its running trial and exits 143
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        codes = _wait(processes, stop)
-    except KeyboardInterrupt:
-        stop()
-        for process in processes:
-            process.join()
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if any(code in (1, 2) for code in codes):
-        return next(code for code in codes if code in (1, 2))
-    if PREEMPTED_EXIT_CODE in codes:
-        return PREEMPTED_EXIT_CODE
-    return 0
-
-
-def _wait(processes: list[multiprocessing.process.BaseProcess], stop: Callable[[], None]) -> list[int]:
-    """Waits for every worker (reaping each at once, so its trial is seen to be dead); a failing worker stops all."""
-    from multiprocessing.connection import wait
-
-    running = list(processes)
-    while running:
-        for sentinel in wait([process.sentinel for process in running]):
-            process = next(p for p in running if p.sentinel == sentinel)
-            process.join()
-            running.remove(process)
-            if process.exitcode in (1, 2):
-                stop()
-            elif process.exitcode and process.exitcode < 0:
-                print(
-                    f"search: worker {process.name} died ({signal.Signals(-process.exitcode).name});"
-                    " its trial is run again by another worker or when the search runs again",
-                    flush=True,
-                )
-    return [process.exitcode or 0 for process in processes]
 
 
 def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser) -> None:

@@ -17,45 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import yaml
-from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.tuner import Tuner
-from lightning.pytorch.tuner.lr_finder import _LRFinder
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import request_stop
 from ..safety.signals import STOP, STOPS, exit_code
+from .finder_plots import save_lr_plot, text_plot
+from .finder_presets import PACKAGE, Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
 
 LR_NAMES = ("lr", "learning_rate")
 MIN_STEPS = 13  # the suggestion skips the first 10 and the last step, and compares at least 2
 BATCH_SIZE_NAMES = ("batch_size",)
-PACKAGE = (__package__ or "package").split(".")[0]
-
-
-@dataclass(frozen=True)
-class Found:
-    """A finder's answer: the config key it sets, the value configured before, the value found, the preset file."""
-
-    key: str
-    configured: float | int
-    value: float | int
-    preset: Path
 
 
 def lr_find(
@@ -81,7 +65,7 @@ def lr_find(
     number, with nothing written.
     """
     parser, config = command_config(trainer)
-    key = _key_or_exit(parser, config, lr_key, "model", LR_NAMES, "lr_key")
+    key = key_or_exit(parser, config, lr_key, "model", LR_NAMES, "lr_key")
     if not min_lr > 0:  # the exponential mode divides by it; a negative LR is no LR
         parser.error(f"min_lr must be > 0, got {min_lr:g}: e.g. --min_lr 1e-8")
     if not max_lr > min_lr:
@@ -93,7 +77,7 @@ def lr_find(
         )
     run_dir = Path(trainer.log_dir or ".")
     preset = Path(output or run_dir / "lr_find.yaml")
-    _refuse_existing(parser, [preset, preset.with_suffix(".png")], overwrite)
+    refuse_existing(parser, [preset, preset.with_suffix(".png")], overwrite)
     # The test takes its own number of steps, whatever the configured run's length: lift the epoch limit that
     # would end it early, and size the configured schedule (which the finder replaces) to the test.
     trainer.fit_loop.max_epochs = -1
@@ -148,7 +132,7 @@ def batch_size_find(
     (without ``overwrite``), exits 2 before anything runs; a stop signal exits 128 + its number, with nothing written.
     """
     parser, config = command_config(trainer)
-    key = _key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
+    key = key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
     attribute = key.rsplit(".", 1)[-1]
     if trainer.world_size > 1:
         parser.error("batch_size_find runs on one device: Lightning's finder refuses distributed strategies")
@@ -157,7 +141,7 @@ def batch_size_find(
     if lightning_hasattr(model, attribute):  # Lightning looks at the model first and would scale the model's
         parser.error(f"{type(model).__name__} has `{attribute}` too: the finder would scale it, not the data's")
     preset = Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml")
-    _refuse_existing(parser, [preset], overwrite)
+    refuse_existing(parser, [preset], overwrite)
     # As in `lr_find`: each trial runs its own number of steps, whatever the configured run's length.
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = steps_per_trial
@@ -213,76 +197,6 @@ def steepest_descent(
     return kept[int(torch.gradient(y, spacing=[x])[0].argmin())]
 
 
-def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
-    """The parser and the parsed config of the running command.
-
-    A Trainer method receives only the instantiated objects; the CLI leaves the config on the trainer
-    (``ProjectTrainer.command``). Under ``fast_dev_run`` Lightning skips the finders: exit 2.
-    """
-    if trainer.fast_dev_run:
-        sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
-        raise SystemExit(2)
-    command = getattr(trainer, "command", None)
-    if command is None:
-        raise RuntimeError("the finders run from the command line, which gives the trainer its config")
-    return command
-
-
-def config_key(config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str) -> str:
-    """The numeric config key a finder sets: ``key`` if given, else the one under ``section`` named one of ``names``.
-
-    Raises ``ValueError`` naming the flag when ``key`` holds no number, or when none or several keys match.
-    """
-    if key is None:
-        matches = [k for k, _ in config.items() if k.startswith(f"{section}.") and k.rsplit(".", 1)[-1] in names]
-        if len(matches) != 1:
-            found = f"found {', '.join(matches)}" if matches else f"none is named {' or '.join(names)}"
-            raise ValueError(f"--{flag}: which key under `{section}` should the preset set? {found}; name it")
-        key = matches[0]
-    value = config.get(key) if key in config else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"--{flag} {key}: the config holds no number there ({value!r})")
-    return key
-
-
-def _key_or_exit(
-    parser: ArgumentParser, config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str
-) -> str:
-    try:
-        return config_key(config, key, section, names, flag)
-    except ValueError as error:
-        parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
-
-
-def _refuse_existing(parser: ArgumentParser, paths: list[Path], overwrite: bool) -> None:
-    """Exits 2 naming the first of ``paths`` that exists, unless ``overwrite``: a finder never replaces a file
-    silently (a preset of the user's, an earlier answer)."""
-    if overwrite:
-        return
-    if existing := next((path for path in paths if path.exists()), None):
-        parser.error(f"output: {existing} exists: pass --overwrite true to replace it, or another --output")
-
-
-def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
-    """Writes ``found.preset``: ``{key: value}`` as nested YAML (``a.b.c: v`` -> ``a: {b: {c: v}}``) under a comment.
-
-    A file that exists is replaced only with ``overwrite`` (whole: written next to it, then renamed over it).
-    """
-    tree: Any = found.value
-    for part in reversed(found.key.split(".")):
-        tree = {part: tree}
-    found.preset.parent.mkdir(parents=True, exist_ok=True)
-    text = f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False)
-    if not overwrite:
-        with open(found.preset, "x") as file:  # exists since the check: another process wrote it; it stays
-            file.write(text)
-        return
-    partial = found.preset.with_name(f".{found.preset.name}.{os.getpid()}.tmp")
-    partial.write_text(text)
-    os.replace(partial, found.preset)
-    found.preset.with_suffix(".png").unlink(missing_ok=True)  # an earlier plot, which may not be replaced
-
-
 @contextlib.contextmanager
 def stopped_by_signals(trainer: pl.Trainer, what: str) -> Iterator[None]:
     """Stops a tuner's run at the next batch on SIGTERM, SIGUSR1, SIGHUP or Ctrl-C and exits with the signal's code.
@@ -313,47 +227,3 @@ def stopped_by_signals(trainer: pl.Trainer, what: str) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def run_again(config: Namespace, preset: Path) -> str:
-    """The command that trains with the preset: the config files this command was given, then the preset."""
-    given = [str(path) for path in config.get("config") or []]
-    return " ".join([PACKAGE, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])
-
-
-def save_lr_plot(finder: _LRFinder, marked: int, path: Path) -> Path | None:
-    """Lightning's plot of the loss against the LR, point ``marked`` in red, as a PNG; ``None`` without matplotlib."""
-    try:
-        from matplotlib.figure import Figure  # optional: not a dependency of the project
-    except ImportError:
-        return None
-    figure = Figure(figsize=(6, 4), layout="tight")  # a bare Figure: no window, no pyplot state
-    axes = figure.subplots()
-    finder.plot(suggest=False, ax=axes)  # Lightning's `suggest=True` would mark its own suggestion
-    axes.plot(finder.results["lr"][marked], finder.results["loss"][marked], marker="o", markersize=10, color="red")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    return path
-
-
-def text_plot(
-    lrs: list[float], losses: list[float], marked: int | None, width: int, height: int, log_x: bool = True
-) -> str:
-    """The loss (rows) against the LR (columns, log scale with ``log_x``) in text; point ``marked`` drawn as ``o``."""
-    position = math.log10 if log_x else float
-    points = [(i, position(x), y) for i, (x, y) in enumerate(zip(lrs, losses, strict=True)) if math.isfinite(y)]
-    if not points:
-        return "(no finite loss to plot)"
-    x_low, x_high = min(p[1] for p in points), max(p[1] for p in points)
-    y_low, y_high = min(p[2] for p in points), max(p[2] for p in points)
-    rows = [[" "] * width for _ in range(height)]
-    for index, x, y in points:
-        column = round((x - x_low) / ((x_high - x_low) or 1.0) * (width - 1))
-        row = height - 1 - round((y - y_low) / ((y_high - y_low) or 1.0) * (height - 1))
-        if rows[row][column] != "o":
-            rows[row][column] = "o" if index == marked else "*"
-    labels = [f"{y_high:9.3g} |", *[" " * 9 + " |"] * (height - 2), f"{y_low:9.3g} |"] if height > 1 else ["loss |"]
-    lines = [label + "".join(row) for label, row in zip(labels, rows, strict=True)]
-    first, last = f"lr {lrs[0]:.1e}", f"{lrs[-1]:.1e}"
-    axis = first + " " * max(1, width - len(first) - len(last)) + last
-    return "\n".join([*lines, " " * 10 + "+" + "-" * width, " " * 11 + axis])

@@ -1,0 +1,99 @@
+"""Config files read strictly: one that is empty, not YAML, not a mapping, or gives a key twice is named, with the line.
+
+jsonargparse reports these as ``Unexpected config:`` or a YAML error located in ``<unicode string>``, and PyYAML
+keeps the last of two equal keys silently. ``--config`` (``ConfigFile``) and the configs every command starts from
+(``refused_config_files``) are checked here first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import ActionConfigFile
+
+from ..text import plain
+from .project import DEFAULT_CONFIG_ENV
+
+
+def refused_config_files(paths: Iterable[str]) -> str | None:
+    """The first of the configs every command starts from that is not a YAML mapping, or ``None`` (jsonargparse
+    would not name the file)."""
+    for path in paths:
+        try:
+            check_config_file(path)
+        except TypeError as error:
+            return f"{error} (a config every command starts from: ${DEFAULT_CONFIG_ENV} or configs/)"
+    return None
+
+
+class ConfigFile(ActionConfigFile):
+    """``--config FILE``, refused with the file's name (and line) when it is empty, not YAML or not a mapping.
+
+    jsonargparse reports these as ``Unexpected config:`` or a YAML error located in ``<unicode string>``.
+    """
+
+    def __call__(self, parser: object, cfg: object, values: object, option_string: str | None = None) -> None:
+        if isinstance(values, str) and Path(values).is_file():
+            check_config_file(values)
+        super().__call__(parser, cfg, values, option_string)
+
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping of a YAML file."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last, silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if key == "<<" or not isinstance(key, (str, int, float, bool)):
+                continue  # merge keys repeat by design; unhashable keys fail in PyYAML itself
+            if key in seen:
+                raise _DuplicateKeyError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node
+        return super().construct_mapping(node, deep)
+
+
+def check_config_file(path: str | Path) -> None:
+    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping with each key
+    once."""
+    try:
+        loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except UnicodeDecodeError:
+        raise TypeError(f"config {path} is not a text file") from None
+    except _DuplicateKeyError as error:
+        raise TypeError(
+            f"config {path}{_at(error.problem_mark)}: {error.problem}: YAML would keep only the last"
+        ) from None
+    except yaml.MarkedYAMLError as error:
+        raise TypeError(f"config {path}{_at(error.problem_mark)}: {error.problem} ({_context(error)})") from None
+    except yaml.YAMLError as error:
+        raise TypeError(f"config {path}: {plain(str(error)).splitlines()[0]}") from None
+    if loaded is None:
+        raise TypeError(f"config {path} is empty: it should map keys to values, e.g. `trainer:` with `max_epochs: 5`")
+    if not isinstance(loaded, dict):
+        raise TypeError(
+            f"config {path} holds a {type(loaded).__name__}, not a mapping of keys (`trainer:`, `model:`, ...)"
+        )
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _context(error: yaml.MarkedYAMLError) -> str:
+    """What the YAML parser was reading, and where that started: "while parsing a flow sequence at line 2, ..."."""
+    if error.context is None:
+        return "YAML syntax"
+    return f"YAML syntax: {error.context}{_at(error.context_mark).replace(',', ' at', 1)}"
