@@ -11,7 +11,7 @@ from conftest import SMOKE_TESTS, assert_tests_pass
 
 @pytest.mark.slow
 def test_default_project_passes_its_whole_suite(installed: Callable[..., Path]) -> None:
-    assert_tests_pass(installed())
+    assert_tests_pass(installed(), "--numprocesses", "2")  # as its `make test` does, on CI's 2 cores
 
 
 @pytest.mark.slow
