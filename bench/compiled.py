@@ -1,7 +1,7 @@
 """Compiled against eager: the configured Transformer's training step, compile time cold and warm, recompilations.
 
 The compiled variant is what ``configs/model/compile.yaml`` gives ``fit``: the network compiled in place
-(``nn.Module.compile``) and the optimizer rebuilt with a fused step (``Classifier``'s ``with_fast_step``). The
+(``nn.Module.compile``) and the optimizer rebuilt with a fused step (the kit's ``with_fast_step``). The
 eager side is the configured run as it is (on a CPU, PyTorch's AdamW loops over the parameters in Python).
 
 Each process (``python bench/compiled.py``) builds both sides from the same seeded objects and alternates their
@@ -46,7 +46,7 @@ def worker(steps: int = 30, backend: str = "inductor", profile_steps: int = 0) -
     data, factory = built.datamodule, built.model.optimizer_factory
     eager = built.model.network
     compiled = copy.deepcopy(eager)  # the same weights
-    with_fast_step = project("task.classifier").with_fast_step
+    with_fast_step = project("kit").with_fast_step
     optimizers = {"eager": factory(eager.parameters()), "compiled": with_fast_step(factory(compiled.parameters()))}
     compiled.compile(backend=backend)
     shape = (data.batch_size, data.in_channels, data.image_size, data.image_size)

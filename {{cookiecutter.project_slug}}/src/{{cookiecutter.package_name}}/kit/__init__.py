@@ -4,8 +4,8 @@ prediction and export. It works with any LightningModule and LightningDataModule
 
 Folders by concern: ``command/`` (the CLI, runs, provenance, checks before a command), ``safety/`` (checkpoints,
 exact resume, preemption, non-finite stops), ``observe/`` (what a run shows), ``tools/`` (finders, schedule preview,
-export, prediction), ``parts/`` (what configs name), ``search/`` (Optuna), ``trackers/`` (TensorBoard, CSV,
-MLflow, W&B: any logger writes where the run is).
+export, prediction), ``parts/`` (what configs name, and what any module can use: ``configure_optimization``),
+``search/`` (Optuna), ``trackers/`` (TensorBoard, CSV, MLflow, W&B: any logger writes where the run is).
 
 The names below are the kit's public surface: configs and tasks name them here (``<package>.kit.WarmupCosine``), so
 the files behind them can move without breaking a config. They load on first use: importing the kit costs nothing.
@@ -20,6 +20,12 @@ _PUBLIC = {
     "BestCheckpoint": "safety.checkpoints",
     "WarmupCosine": "parts.schedules",
     "ScheduleCallable": "parts.schedules",
+    "configure_optimization": "parts.optimization",
+    "check_optimization": "parts.optimization",
+    "save_plain_hyperparameters": "parts.hyperparameters",
+    "compile_in_place": "parts.compiled",
+    "with_fast_step": "parts.compiled",
+    "keep_step_kinds": "parts.compiled",
     "EarlyStoppingOnBest": "parts.early_stopping",
     "MatmulPrecision": "parts.matmul_precision",
     "Profiler": "observe.profiling",
@@ -40,13 +46,22 @@ __all__ = [
     "TensorFiles",
     "WarmupCosine",
     "atomic_save",
+    "check_optimization",
     "check_samples",
+    "compile_in_place",
+    "configure_optimization",
+    "keep_step_kinds",
+    "save_plain_hyperparameters",
+    "with_fast_step",
 ]
 
 if TYPE_CHECKING:
     from .observe.profiling import Profiler
+    from .parts.compiled import compile_in_place, keep_step_kinds, with_fast_step
     from .parts.early_stopping import EarlyStoppingOnBest
+    from .parts.hyperparameters import save_plain_hyperparameters
     from .parts.matmul_precision import MatmulPrecision
+    from .parts.optimization import check_optimization, configure_optimization
     from .parts.schedules import ScheduleCallable, WarmupCosine
     from .safety.checkpoint_io import atomic_save
     from .safety.checkpoints import BestCheckpoint

@@ -1,20 +1,20 @@
 """Learning-rate schedules that know the run's length: linear warmup, then cosine decay.
 
-A schedule here is built as ``schedule(optimizer, total_steps)``; the LightningModule passes
-``trainer.estimated_stepping_batches``, so accumulation, device count and ``max_epochs``/``max_steps``
-are already accounted for. It is stepped once per optimizer step.
+It declares ``total_steps``, so ``configure_optimization`` (``optimization.py``) gives it the run's length by keyword:
+``trainer.estimated_stepping_batches``, with accumulation, device count and ``max_epochs``/``max_steps`` accounted
+for. It is stepped once per optimizer step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
+from lightning.pytorch.cli import LRSchedulerCallable
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-ScheduleCallable = Callable[[Optimizer, int], LRScheduler]
-"""Builds a scheduler from the optimizer and the total number of optimizer steps."""
+ScheduleCallable = LRSchedulerCallable
+"""Lightning's type of a schedule in a config (kept under the kit's earlier name for configs and modules using it)."""
 
 
 def warmup_cosine_factor(
@@ -39,7 +39,7 @@ class WarmupCosine(LRScheduler):
     def __init__(
         self,
         optimizer: Optimizer,
-        total_steps: int,
+        total_steps: int | None = None,
         warmup_fraction: float = 0.05,
         warmup_steps: int | None = None,
         start_factor: float = 0.01,
@@ -50,17 +50,17 @@ class WarmupCosine(LRScheduler):
 
         Args:
             optimizer: The optimizer whose learning rates are scheduled.
-            total_steps: Optimizer steps in the whole run (given by the LightningModule).
+            total_steps: Optimizer steps in the whole run; ``null``: the run's, given by ``configure_optimization``.
             warmup_fraction: Warmup length as a fraction of ``total_steps`` (used if ``warmup_steps`` is null).
             warmup_steps: Warmup length in optimizer steps; overrides ``warmup_fraction``.
             start_factor: LR multiplier at the first step of warmup.
             min_lr_ratio: LR multiplier at the end of each cosine cycle.
             restarts: Warm restarts: the decay is split into ``restarts + 1`` cycles that each start at full LR.
         """
-        if not math.isfinite(total_steps) or total_steps < 1:
+        if total_steps is None or not math.isfinite(total_steps) or total_steps < 1:
             raise ValueError(
                 f"WarmupCosine needs a finite run length, got total_steps={total_steps}:"
-                " set trainer.max_steps or trainer.max_epochs"
+                " set trainer.max_steps or trainer.max_epochs (a module passes it: kit.configure_optimization)"
             )
         if not 0.0 <= warmup_fraction <= 1.0:
             raise ValueError(f"warmup_fraction must be in [0, 1], got {warmup_fraction}")
