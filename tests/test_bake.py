@@ -153,6 +153,7 @@ EXPECTED_FILES = {
     "tests/kit/foreign.py",
     "tests/kit/foreign.yaml",
     "tests/kit/servers.py",
+    "tests/kit/test_agnostic_presets.py",
     "tests/kit/test_bad_checkpoints.py",
     "tests/kit/test_bad_input.py",
     "tests/kit/test_checkpoints.py",
