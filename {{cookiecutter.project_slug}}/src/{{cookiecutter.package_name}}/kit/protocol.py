@@ -1,9 +1,9 @@
 """What the kit reads from your task: a few optional attributes, each used only where it exists.
 
 DataModule:
-    ``input_shape`` (tuple of ints): the shape of one input sample, without the batch dimension. The CLI
-        passes it to the model's ``input_shape`` argument, and the kit builds the example input below from it.
-    ``num_classes`` (int): passed to the model's ``num_classes`` argument.
+    ``input_shape`` (tuple of ints): the shape of one input sample, without the batch dimension; the kit builds
+        the example input below from it. (The project's ``cli.py`` links it, and ``num_classes``, into the model.)
+    ``num_classes`` (int): the number of classes.
     ``batch_size`` (int): samples per batch; the example input's batch size (1 without it).
 
 LightningModule:
@@ -11,8 +11,8 @@ LightningModule:
         shapes), the memory budget (activations) and ``export`` (tracing) use it; without it, zeros of
         shape ``(batch_size, *input_shape)``.
 
-A link whose attribute or argument is missing is skipped (jsonargparse's rule for subclass links): a
-model without ``num_classes`` simply does not get one. Without any example input the summary has no
+A link (``LINKS`` in the project's ``cli.py``) whose attribute or argument is missing is skipped, and kept out
+of the checkpoint: a model without ``num_classes`` simply does not get one. Without any example input the summary has no
 shapes and the memory budget no activation row.
 """
 
@@ -23,9 +23,6 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
-
-LINKED_ATTRIBUTES = ("input_shape", "num_classes")
-"""DataModule attributes the CLI links into the model's arguments of the same name."""
 
 
 def example_input(trainer: pl.Trainer) -> Tensor | None:
