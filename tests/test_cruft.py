@@ -48,9 +48,11 @@ def test_cruft_update_brings_a_template_change_into_an_edited_project(template: 
     edit(project / "configs/default.yaml", "  max_epochs: 10\n", "  max_epochs: 12\n")
     git(project, "commit", "--quiet", "--all", "--message=train longer")
     edit(
-        template / "{{cookiecutter.project_slug}}/configs/default.yaml", "    batch_size: 128\n", "    batch_size: 64\n"
+        template / "{{cookiecutter.project_slug}}/configs/default.yaml",
+        "  log_every_n_steps: 10\n",
+        "  log_every_n_steps: 50\n",
     )
-    git(template, "commit", "--quiet", "--all", "--message=template v2: smaller batches")
+    git(template, "commit", "--quiet", "--all", "--message=template v2: log less often")
 
     checked = cruft(project, "check")
     assert checked.returncode == 1
@@ -59,7 +61,7 @@ def test_cruft_update_brings_a_template_change_into_an_edited_project(template: 
     assert updated.returncode == 0, updated.stdout + updated.stderr
     config = (project / "configs/default.yaml").read_text()
     assert "  max_epochs: 12\n" in config  # the local edit is kept
-    assert "    batch_size: 64\n" in config  # the template change arrived
+    assert "  log_every_n_steps: 50\n" in config  # the template change arrived
     assert cruft(project, "check").returncode == 0
 
     # The updated project still passes its own tests (a slice: see SMOKE_TESTS).
