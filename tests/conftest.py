@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +17,17 @@ from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
+# cruft works on a git repository of the template: these are all the template's files.
+TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}")
+GIT_ENVIRONMENT = {
+    "GIT_AUTHOR_NAME": "Template Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Template Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    # git's defaults, whatever the machine's configuration says (conflict markers, rename detection).
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -29,6 +42,42 @@ def bake(output_dir: Path, **answers: str) -> Path:
 
 def pip(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--quiet", *args], check=True)
+
+
+def run(cwd: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``command`` in ``cwd`` with a git identity and git's default configuration; its output as text."""
+    env = {**os.environ, **GIT_ENVIRONMENT}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Runs git in ``cwd``; fails the test if git fails; its standard output."""
+    result = run(cwd, "git", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def cruft(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run(cwd, sys.executable, "-m", "cruft", *args)
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Replaces ``old``, which ``path`` holds exactly once, with ``new``."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{old!r} is not in {path} exactly once"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def copy_template(repo: Path) -> None:
+    """Puts this working tree's template files into ``repo`` in place of those there (uncommitted work included)."""
+    for name in TEMPLATE_FILES:
+        source, target = ROOT / name, repo / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*_cache"))
+        else:
+            shutil.copy2(source, target)
 
 
 @pytest.fixture

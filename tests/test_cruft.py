@@ -3,45 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SMOKE_TESTS, assert_tests_pass, install
+from conftest import SMOKE_TESTS, assert_tests_pass, copy_template, cruft, edit, git, install
 
-# cruft works on a git repository of the template: these are all the template's files.
-TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}")
-GIT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "Template Test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "Template Test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-}
 # A combination of answers whose generated suite runs nowhere else (see test_matrix.py).
 ANSWERS = {"project_name": "Cruft Follower", "license": "Proprietary", "python_version": "3.13"}
-
-
-def run(cwd: Path, *command: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **GIT_IDENTITY}
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def git(cwd: Path, *args: str) -> None:
-    result = run(cwd, "git", *args)
-    assert result.returncode == 0, result.stderr
-
-
-def cruft(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run(cwd, sys.executable, "-m", "cruft", *args)
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert text.count(old) == 1, f"{old!r} is not in {path} exactly once"
-    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 @pytest.fixture
@@ -49,12 +17,7 @@ def template(tmp_path: Path) -> Path:
     """A git repository holding a copy of this template's working tree, committed."""
     repo = tmp_path / "template"
     repo.mkdir()
-    for name in TEMPLATE_FILES:
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*_cache"))
-        else:
-            shutil.copy2(source, repo / name)
+    copy_template(repo)
     git(repo, "init", "--quiet", "--initial-branch=main")
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "--message=template v1")
@@ -85,9 +48,11 @@ def test_cruft_update_brings_a_template_change_into_an_edited_project(template: 
     edit(project / "configs/default.yaml", "  max_epochs: 10\n", "  max_epochs: 12\n")
     git(project, "commit", "--quiet", "--all", "--message=train longer")
     edit(
-        template / "{{cookiecutter.project_slug}}/configs/default.yaml", "    batch_size: 128\n", "    batch_size: 64\n"
+        template / "{{cookiecutter.project_slug}}/configs/default.yaml",
+        "  log_every_n_steps: 10\n",
+        "  log_every_n_steps: 50\n",
     )
-    git(template, "commit", "--quiet", "--all", "--message=template v2: smaller batches")
+    git(template, "commit", "--quiet", "--all", "--message=template v2: log less often")
 
     checked = cruft(project, "check")
     assert checked.returncode == 1
@@ -96,7 +61,7 @@ def test_cruft_update_brings_a_template_change_into_an_edited_project(template: 
     assert updated.returncode == 0, updated.stdout + updated.stderr
     config = (project / "configs/default.yaml").read_text()
     assert "  max_epochs: 12\n" in config  # the local edit is kept
-    assert "    batch_size: 64\n" in config  # the template change arrived
+    assert "  log_every_n_steps: 50\n" in config  # the template change arrived
     assert cruft(project, "check").returncode == 0
 
     # The updated project still passes its own tests (a slice: see SMOKE_TESTS).
