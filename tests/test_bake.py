@@ -156,6 +156,7 @@ EXPECTED_FILES = {
     "tests/kit/test_agnostic_presets.py",
     "tests/kit/test_bad_checkpoints.py",
     "tests/kit/test_bad_input.py",
+    "tests/kit/test_callbacks.py",
     "tests/kit/test_checkpoints.py",
     "tests/kit/test_cli.py",
     "tests/kit/test_ddp.py",
