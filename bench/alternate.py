@@ -184,6 +184,9 @@ def alternate(
         main(first)
     except BaseException:
         first.finish(failed=True)
+        thread.join()
+        if errors:  # the other side failed first: its error is the one to show
+            raise errors[0] from None
         raise
     finally:
         first.finish()

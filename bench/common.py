@@ -30,7 +30,7 @@ if not (ROOT / "src").is_dir():
 
 
 def project(module: str) -> ModuleType:
-    """A submodule of this project's package, e.g. ``project("kit.command.cli")``."""
+    """A submodule of this project's package, e.g. ``project("kit.safety.checkpoints")``."""
     return importlib.import_module(f"{PACKAGE}.{module}")
 
 
@@ -59,7 +59,7 @@ def build(run_dir: Path, *flags: str, presets: tuple[str, ...] = ()) -> Any:
         "--trainer.enable_progress_bar=false",
         *run_dir_flags(run_dir),
     ]
-    return project("kit.command.cli").build_cli([*args, *flags], run=False)
+    return project("cli").build_cli([*args, *flags], run=False)
 
 
 class StepTimer(pl.Callback):

@@ -192,7 +192,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     default_periods = 2 * repeat_periods
     steps = warmup + n_default * default_periods * period
     # Enough samples for one epoch of `steps` batches: validation and epoch ends stay out of the steps.
-    size = () if tiny else (f"--data.init_args.train_size={steps * 128}",)
+    size = (f"--data.init_args.train_size={steps * (32 if tiny else 128)}",)  # debug/tiny's batches are 32
     flags = (*tiny_flags, *size)
     default = compare(workdir, ("fit", "loop"), steps, warmup, default_periods, *flags, presets=presets)
     empty_steps = warmup + n_empty * repeat_periods * period
