@@ -107,6 +107,7 @@ EXPECTED_FILES = {
     "src/{pkg}/kit/safety/preemption.py",
     "src/{pkg}/kit/safety/resumable_data.py",
     "src/{pkg}/kit/safety/resume.py",
+    "src/{pkg}/kit/safety/rng_state.py",
     "src/{pkg}/kit/safety/signals.py",
     "src/{pkg}/kit/safety/worker_shield.py",
     "src/{pkg}/kit/search/__init__.py",

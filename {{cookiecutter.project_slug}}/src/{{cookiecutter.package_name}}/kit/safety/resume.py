@@ -10,13 +10,10 @@ for it. Both are stored as tensors, lists and numbers, so checkpoints still load
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
-import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import CombinedLoader
@@ -24,6 +21,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
 from .resumable_data import ResumableLoader, is_stateful, make_resumable, own_generators
+from .rng_state import collect_rng_state, restore_rng_state
 
 
 class ExactResume(Callback):
@@ -144,30 +142,3 @@ class ExactResume(Callback):
                 " random draws will differ from the original run."
             )
         restore_rng_state(states[trainer.global_rank % len(states)])
-
-
-def collect_rng_state() -> dict[str, Any]:
-    """This process's RNG states as tensors, lists and numbers (what a ``weights_only`` load accepts)."""
-    version, python_state, gauss = random.getstate()
-    name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
-    state: dict[str, Any] = {
-        "python": [version, list(python_state), gauss],
-        "numpy": [name, keys.tolist(), position, has_gauss, cached],
-        "torch": torch.get_rng_state(),
-    }
-    # Only the device this process uses, and only if CUDA is already initialised: never create contexts.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Sets this process's RNG states from ``collect_rng_state()``'s output."""
-    version, python_state, gauss = state["python"]
-    random.setstate((version, tuple(python_state), gauss))
-    name, keys, position, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    # A CPU checkpoint on a GPU machine (or the reverse) restores what both sides have.
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
