@@ -165,6 +165,7 @@ EXPECTED_FILES = {
     "tests/kit/test_finders.py",
     "tests/kit/test_foreign_code.py",
     "tests/kit/test_layout.py",
+    "tests/kit/test_lightning_internals.py",
     "tests/kit/test_matmul_precision.py",
     "tests/kit/test_multinode.py",
     "tests/kit/test_observability.py",

@@ -20,7 +20,8 @@ from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from .resumable_data import ResumableLoader, is_stateful, make_resumable, own_generators
+from ..lightning_internals import epoch_restarted, restart_train_iterator, unread_loader_states
+from .resumable_data import is_stateful, make_resumable, own_generators
 from .rng_state import collect_rng_state, restore_rng_state
 
 
@@ -35,14 +36,14 @@ class ExactResume(Callback):
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
     stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
-    Lightning also drops the saved loader position when ``configure_optimizers`` reads
-    ``trainer.estimated_stepping_batches`` (lightning#20550): it is handed over here. Both are restored when
-    training starts, after the sanity check (which runs in an isolated RNG) and before the first batch.
+    Lightning also drops the saved loader positions when ``configure_optimizers`` reads
+    ``trainer.estimated_stepping_batches`` (lightning#20550) and at an epoch boundary: they are handed over here.
+    Both are restored when training starts, after the sanity check (which runs in an isolated RNG) and before the
+    first batch.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
-        self._loader_states: list[dict[str, Any]] = []
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object whose hook is wrapped, hook, its own attribute)
         self._warned = False
 
@@ -112,12 +113,6 @@ class ExactResume(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_states = state_dict["rng"]
 
-    def on_load_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
-        self._loader_states = fit_loop.get("state_dict", {}).get("combined_loader", [])
-
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loaders = CombinedLoader(trainer.train_dataloader).flattened
         if not any(hook == "train_dataloader" for _, hook, _ in self._wrapped) and not self._warned:
@@ -126,19 +121,35 @@ class ExactResume(Callback):
                 self._warned = True
                 names = ", ".join(type(loader).__name__ for loader in kept)
                 self._warn([f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"])
-        # Lightning saves the states of the loaders that have one, in order; those are ours to hand over.
-        stateful = [loader for loader in loaders if is_stateful(loader)]
-        if self._loader_states and len(stateful) == len(self._loader_states):
-            for loader, state in zip(stateful, self._loader_states, strict=True):
-                if isinstance(loader, ResumableLoader):
-                    loader.load_state_dict(state)  # the same call as Lightning's, so doing both is harmless
-        self._loader_states = []
+        # Before the RNG states: making an iterator of a loader without a generator draws its workers' seed from them.
+        loaded = self._load_positions(trainer, [loader for loader in loaders if is_stateful(loader)])
         states, self._rng_states = self._rng_states, None
-        if states is None:
-            return
-        if len(states) != trainer.world_size:
+        if states is not None:
+            if len(states) != trainer.world_size:
+                rank_zero_warn(
+                    f"The checkpoint holds the RNG states of {len(states)} processes, this run has"
+                    f" {trainer.world_size}: random draws will differ from the original run."
+                )
+            restore_rng_state(states[trainer.global_rank % len(states)])
+        if loaded and not epoch_restarted(trainer):
+            # At an epoch boundary the loop starts the next epoch on the iterator it has (not another, as without a
+            # stop): the one made above ended the saved epoch; the next is made as then, from the restored RNGs.
+            restart_train_iterator(trainer)
+
+    @staticmethod
+    def _load_positions(trainer: pl.Trainer, stateful: list[Any]) -> bool:
+        """Gives the train loaders the positions Lightning left unread (Lightning saves those of the loaders that
+        have one, in order), and makes the epoch's iterator again from them; returns whether it did."""
+        states = unread_loader_states(trainer)
+        if not states:
+            return False
+        if len(states) != len(stateful):
             rank_zero_warn(
-                f"The checkpoint holds the RNG states of {len(states)} processes, this run has {trainer.world_size}:"
-                " random draws will differ from the original run."
+                f"The checkpoint holds the positions of {len(states)} train loaders, this run has {len(stateful)}:"
+                " the interrupted epoch's data starts over."
             )
-        restore_rng_state(states[trainer.global_rank % len(states)])
+            return False
+        for loader, state in zip(stateful, states, strict=True):
+            loader.load_state_dict(state)
+        restart_train_iterator(trainer)
+        return True
