@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from ..lightning_internals import epoch_restarted, restart_train_iterator, unread_loader_states
 from .resumable_data import is_stateful, make_resumable, own_generators
 from .rng_state import collect_rng_state, restore_rng_state
+from .stateful_loaders import draws_unsaved, keep_worker_rngs
 
 
 class ExactResume(Callback):
@@ -30,7 +31,9 @@ class ExactResume(Callback):
 
     When ``fit`` starts, the ``train_dataloader`` hook of the datamodule (or of the LightningModule) is wrapped
     so that each loader it returns is rebuilt by ``make_resumable``: Lightning then saves its position in
-    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written. The
+    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written. One that
+    saves its own position (torchdata's ``StatefulDataLoader``) is kept, its workers' RNG states added to what it
+    saves (``keep_worker_rngs``); what cannot be added is in that warning too. The
     validation, test and predict loaders get a generator of their own (``own_generators``), so that making their
     iterators never draws from the global RNG that dropout uses.
 
@@ -72,20 +75,32 @@ class ExactResume(Callback):
             sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         loaders, kept = make_resumable(loaders, seed, **sharding)
-        if kept and not self._warned:
+        unsaved = keep_worker_rngs(loaders)
+        if (kept or unsaved) and not self._warned:
             self._warned = True
-            self._warn(kept)
+            self._warn(kept, unsaved)
         return loaders
 
     @staticmethod
-    def _warn(kept: list[str]) -> None:
-        rank_zero_warn(
-            "Exact resume: the train loader "
-            + "; ".join(kept)
-            + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
-            " (repeating some samples and skipping others) with other random augmentation, so it will not"
-            " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
-        )
+    def _warn(kept: list[str], unsaved: list[str] | None = None) -> None:
+        parts = []
+        if kept:
+            parts.append(
+                "the train loader "
+                + "; ".join(kept)
+                + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
+                " (repeating some samples and skipping others) with other random augmentation, so it will not"
+                " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
+            )
+        if unsaved:
+            parts.append(
+                "the train loader "
+                + "; ".join(unsaved)
+                + ". It saves its own position, not its workers' random state: a run resumed from a mid-epoch"
+                " checkpoint continues that epoch with other random augmentation, so it will not match an"
+                " uninterrupted run. A map-style Dataset resumes exactly."
+            )
+        rank_zero_warn("Exact resume: " + " And ".join(parts))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._unwrap()
@@ -117,10 +132,10 @@ class ExactResume(Callback):
         loaders = CombinedLoader(trainer.train_dataloader).flattened
         if not any(hook == "train_dataloader" for _, hook, _ in self._wrapped) and not self._warned:
             kept = [loader for loader in loaders if not is_stateful(loader)]
-            if kept and trainer.overfit_batches == 0:
+            unsaved = [loader for loader in loaders if draws_unsaved(loader)]  # its workers started already
+            if (kept or unsaved) and trainer.overfit_batches == 0:
                 self._warned = True
-                names = ", ".join(type(loader).__name__ for loader in kept)
-                self._warn([f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"])
+                self._warn(_passed_directly(kept), _passed_directly(unsaved))
         # Before the RNG states: making an iterator of a loader without a generator draws its workers' seed from them.
         loaded = self._load_positions(trainer, [loader for loader in loaders if is_stateful(loader)])
         states, self._rng_states = self._rng_states, None
@@ -153,3 +168,8 @@ class ExactResume(Callback):
             loader.load_state_dict(state)
         restart_train_iterator(trainer)
         return True
+
+
+def _passed_directly(loaders: list[Any]) -> list[str]:
+    names = ", ".join(type(loader).__name__ for loader in loaders)
+    return [f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"] if loaders else []

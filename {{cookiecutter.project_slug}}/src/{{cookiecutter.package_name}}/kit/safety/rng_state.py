@@ -1,7 +1,8 @@
 """A process's global RNG states (Python, NumPy, torch CPU and CUDA) as plain data, saved and restored.
 
 Tensors, lists and numbers only, so a checkpoint that holds them still loads with
-``torch.load(..., weights_only=True)``. ``ExactResume`` saves those of the training processes.
+``torch.load(..., weights_only=True)``. ``ExactResume`` saves the training processes' states, ``stateful_loaders``
+those of a loader's workers.
 """
 
 from __future__ import annotations
