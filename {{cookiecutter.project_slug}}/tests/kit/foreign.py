@@ -12,6 +12,8 @@
   its own loaders (``--data null``).
 - ``StatefulData``: a training loader that is torchdata's ``StatefulDataLoader`` (what Lightning advises for
   mid-epoch resume), with workers and augmentation.
+- ``OneCycleModule``: the schedule Lightning's docs show, ``OneCycleLR`` sized from
+  ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
 """
 
 from __future__ import annotations
@@ -122,6 +124,20 @@ class HydraStyleModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1},
         }
+
+
+class OneCycleModule(HydraStyleModule):
+    """The same classifier, its LR following ``OneCycleLR`` over the run's optimizer steps."""
+
+    def __init__(self, optimizer: OptimizerCallable = torch.optim.Adam, hidden: int = 16, max_lr: float = 0.05) -> None:
+        super().__init__(optimizer=optimizer, hidden=hidden)
+        self.max_lr = max_lr
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer(params=self.trainer.model.parameters())
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.max_lr, total_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 class BringsItsOwn(pl.LightningModule):

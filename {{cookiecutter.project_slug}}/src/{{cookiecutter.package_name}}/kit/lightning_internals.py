@@ -7,6 +7,8 @@ Lightning, so an upgrade that breaks one fails there, by name, not somewhere dee
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 from lightning.fabric.plugins.environments import ClusterEnvironment
 
@@ -41,6 +43,28 @@ def epoch_restarted(trainer: pl.Trainer) -> bool:
     """Whether the epoch now ending is the one a run resumed into, where Lightning skips plateau schedulers
     (``FitLoop.on_advance_end``'s guard from lightning#14702). Loops are not public API."""
     return trainer.fit_loop.restarting
+
+
+def unread_loader_states(trainer: pl.Trainer) -> list[dict[str, Any]]:
+    """The train loaders' saved positions that Lightning restored from the checkpoint but did not give them; taken.
+
+    Lightning gives them only to loaders it makes after restoring the loop state, and only mid-epoch
+    (``FitLoop._load_combined_loader_states``): ``trainer.estimated_stepping_batches`` in ``configure_optimizers``
+    makes the loaders before (lightning#20550), and a run resumed at an epoch boundary is not "restarting", so a
+    loader that carries state across epochs (the shuffling generator of torchdata's sampler, the seed of the kit's)
+    starts the next one from its initial state. Both leave ``_combined_loader_states_to_load`` unread.
+    """
+    loop = trainer.fit_loop
+    states, loop._combined_loader_states_to_load = loop._combined_loader_states_to_load, []
+    return states
+
+
+def restart_train_iterator(trainer: pl.Trainer) -> None:
+    """Makes the epoch's train iterator again, as ``FitLoop.setup_data`` does: a loader that applies a loaded position
+    when its iterator is made (torchdata's ``StatefulDataLoader``) ignores one loaded after. The loop keeps the
+    iterator in its private ``_data_fetcher``."""
+    if trainer.fit_loop._data_fetcher is not None:
+        iter(trainer.fit_loop._data_fetcher)
 
 
 class FitKeepsItsModel:

@@ -10,20 +10,20 @@ for it. Both are stored as tensors, lists and numbers, so checkpoints still load
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
-import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from .resumable_data import ResumableLoader, is_stateful, make_resumable, own_generators
+from ..lightning_internals import epoch_restarted, restart_train_iterator, unread_loader_states
+from .resumable_data import is_stateful, make_resumable, own_generators
+from .rng_state import collect_rng_state, restore_rng_state
+from .stateful_loaders import draws_unsaved, keep_worker_rngs
 
 
 class ExactResume(Callback):
@@ -31,20 +31,22 @@ class ExactResume(Callback):
 
     When ``fit`` starts, the ``train_dataloader`` hook of the datamodule (or of the LightningModule) is wrapped
     so that each loader it returns is rebuilt by ``make_resumable``: Lightning then saves its position in
-    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written. The
+    every checkpoint. A loader that cannot be rebuilt gets one warning, naming it, and is used as written. One that
+    saves its own position (torchdata's ``StatefulDataLoader``) is kept, its workers' RNG states added to what it
+    saves (``keep_worker_rngs``); what cannot be added is in that warning too. The
     validation, test and predict loaders get a generator of their own (``own_generators``), so that making their
     iterators never draws from the global RNG that dropout uses.
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
     stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
-    Lightning also drops the saved loader position when ``configure_optimizers`` reads
-    ``trainer.estimated_stepping_batches`` (lightning#20550): it is handed over here. Both are restored when
-    training starts, after the sanity check (which runs in an isolated RNG) and before the first batch.
+    Lightning also drops the saved loader positions when ``configure_optimizers`` reads
+    ``trainer.estimated_stepping_batches`` (lightning#20550) and at an epoch boundary: they are handed over here.
+    Both are restored when training starts, after the sanity check (which runs in an isolated RNG) and before the
+    first batch.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
-        self._loader_states: list[dict[str, Any]] = []
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object whose hook is wrapped, hook, its own attribute)
         self._warned = False
 
@@ -73,20 +75,32 @@ class ExactResume(Callback):
             sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         loaders, kept = make_resumable(loaders, seed, **sharding)
-        if kept and not self._warned:
+        unsaved = keep_worker_rngs(loaders)
+        if (kept or unsaved) and not self._warned:
             self._warned = True
-            self._warn(kept)
+            self._warn(kept, unsaved)
         return loaders
 
     @staticmethod
-    def _warn(kept: list[str]) -> None:
-        rank_zero_warn(
-            "Exact resume: the train loader "
-            + "; ".join(kept)
-            + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
-            " (repeating some samples and skipping others) with other random augmentation, so it will not"
-            " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
-        )
+    def _warn(kept: list[str], unsaved: list[str] | None = None) -> None:
+        parts = []
+        if kept:
+            parts.append(
+                "the train loader "
+                + "; ".join(kept)
+                + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
+                " (repeating some samples and skipping others) with other random augmentation, so it will not"
+                " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
+            )
+        if unsaved:
+            parts.append(
+                "the train loader "
+                + "; ".join(unsaved)
+                + ". It saves its own position, not its workers' random state: a run resumed from a mid-epoch"
+                " checkpoint continues that epoch with other random augmentation, so it will not match an"
+                " uninterrupted run. A map-style Dataset resumes exactly."
+            )
+        rank_zero_warn("Exact resume: " + " And ".join(parts))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._unwrap()
@@ -114,60 +128,48 @@ class ExactResume(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_states = state_dict["rng"]
 
-    def on_load_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
-        self._loader_states = fit_loop.get("state_dict", {}).get("combined_loader", [])
-
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loaders = CombinedLoader(trainer.train_dataloader).flattened
         if not any(hook == "train_dataloader" for _, hook, _ in self._wrapped) and not self._warned:
             kept = [loader for loader in loaders if not is_stateful(loader)]
-            if kept and trainer.overfit_batches == 0:
+            unsaved = [loader for loader in loaders if draws_unsaved(loader)]  # its workers started already
+            if (kept or unsaved) and trainer.overfit_batches == 0:
                 self._warned = True
-                names = ", ".join(type(loader).__name__ for loader in kept)
-                self._warn([f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"])
-        # Lightning saves the states of the loaders that have one, in order; those are ours to hand over.
-        stateful = [loader for loader in loaders if is_stateful(loader)]
-        if self._loader_states and len(stateful) == len(self._loader_states):
-            for loader, state in zip(stateful, self._loader_states, strict=True):
-                if isinstance(loader, ResumableLoader):
-                    loader.load_state_dict(state)  # the same call as Lightning's, so doing both is harmless
-        self._loader_states = []
+                self._warn(_passed_directly(kept), _passed_directly(unsaved))
+        # Before the RNG states: making an iterator of a loader without a generator draws its workers' seed from them.
+        loaded = self._load_positions(trainer, [loader for loader in loaders if is_stateful(loader)])
         states, self._rng_states = self._rng_states, None
-        if states is None:
-            return
-        if len(states) != trainer.world_size:
+        if states is not None:
+            if len(states) != trainer.world_size:
+                rank_zero_warn(
+                    f"The checkpoint holds the RNG states of {len(states)} processes, this run has"
+                    f" {trainer.world_size}: random draws will differ from the original run."
+                )
+            restore_rng_state(states[trainer.global_rank % len(states)])
+        if loaded and not epoch_restarted(trainer):
+            # At an epoch boundary the loop starts the next epoch on the iterator it has (not another, as without a
+            # stop): the one made above ended the saved epoch; the next is made as then, from the restored RNGs.
+            restart_train_iterator(trainer)
+
+    @staticmethod
+    def _load_positions(trainer: pl.Trainer, stateful: list[Any]) -> bool:
+        """Gives the train loaders the positions Lightning left unread (Lightning saves those of the loaders that
+        have one, in order), and makes the epoch's iterator again from them; returns whether it did."""
+        states = unread_loader_states(trainer)
+        if not states:
+            return False
+        if len(states) != len(stateful):
             rank_zero_warn(
-                f"The checkpoint holds the RNG states of {len(states)} processes, this run has {trainer.world_size}:"
-                " random draws will differ from the original run."
+                f"The checkpoint holds the positions of {len(states)} train loaders, this run has {len(stateful)}:"
+                " the interrupted epoch's data starts over."
             )
-        restore_rng_state(states[trainer.global_rank % len(states)])
+            return False
+        for loader, state in zip(stateful, states, strict=True):
+            loader.load_state_dict(state)
+        restart_train_iterator(trainer)
+        return True
 
 
-def collect_rng_state() -> dict[str, Any]:
-    """This process's RNG states as tensors, lists and numbers (what a ``weights_only`` load accepts)."""
-    version, python_state, gauss = random.getstate()
-    name, keys, position, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
-    state: dict[str, Any] = {
-        "python": [version, list(python_state), gauss],
-        "numpy": [name, keys.tolist(), position, has_gauss, cached],
-        "torch": torch.get_rng_state(),
-    }
-    # Only the device this process uses, and only if CUDA is already initialised: never create contexts.
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Sets this process's RNG states from ``collect_rng_state()``'s output."""
-    version, python_state, gauss = state["python"]
-    random.setstate((version, tuple(python_state), gauss))
-    name, keys, position, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    # A CPU checkpoint on a GPU machine (or the reverse) restores what both sides have.
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+def _passed_directly(loaders: list[Any]) -> list[str]:
+    names = ", ".join(type(loader).__name__ for loader in loaders)
+    return [f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"] if loaders else []

@@ -1,0 +1,136 @@
+"""The private Lightning APIs the kit uses (``kit/lightning_internals.py``) exist in the installed Lightning, and the
+Lightning behaviour each works around is still there: an upgrade that changes one fails here, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningCLI
+from support import submodule
+from torch import Tensor, nn
+
+
+def test_every_private_name_the_kit_uses_exists() -> None:
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    connector = trainer._signal_connector  # take_over_signals, request_stop
+    assert callable(connector.register_signal_handlers)
+    assert connector.received_sigterm is False
+    assert trainer._accelerator_connector.cluster_environment is not None  # cluster_environment
+    loop = trainer.fit_loop
+    assert loop.restarting is False  # epoch_restarted
+    assert loop._combined_loader_states_to_load == []  # unread_loader_states
+    assert loop._data_fetcher is None  # restart_train_iterator
+    assert callable(LightningCLI._parse_ckpt_path)  # FitKeepsItsModel
+
+
+class Positions:
+    """A loader that saves its position and, like torchdata's ``StatefulDataLoader``, applies a loaded one in
+    ``__iter__``: an iterator made before ``load_state_dict`` starts from the beginning."""
+
+    def __init__(self) -> None:
+        self.next, self._start = 0, 0
+
+    def __len__(self) -> int:
+        return 8
+
+    def __iter__(self) -> Iterator[Tensor]:
+        start, self._start = self._start, 0
+        return self._batches(start)
+
+    def _batches(self, start: int) -> Iterator[Tensor]:
+        for self.next in range(start, 8):
+            yield torch.tensor([[float(self.next)]])
+        self.next = 8
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next": self.next + 1}  # saved after the batch at `next` was trained on
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._start = state["next"]
+
+
+class Scheduled(pl.LightningModule):
+    """Records the batches it trains on; ``configure_optimizers`` reads ``estimated_stepping_batches``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer, self.seen = nn.Linear(1, 1), []
+
+    def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
+        self.seen.append(int(batch.item()))
+        return self.layer(batch).sum()
+
+    def train_dataloader(self) -> Positions:
+        return Positions()
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        total = int(self.trainer.estimated_stepping_batches)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.LinearLR(optimizer, total_iters=total)}
+
+
+class SaveAt(Callback):
+    """Saves a checkpoint at the end of the 3rd training batch (mid-epoch) or of the first epoch."""
+
+    def __init__(self, path: Path, epoch_end: bool) -> None:
+        self.path, self.epoch_end = path, epoch_end
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == 3 and not self.epoch_end:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch == 0 and self.epoch_end:
+            trainer.save_checkpoint(self.path)
+
+
+class HandOver(Callback):
+    """What ``ExactResume`` does as training starts: the unread positions, loaded, and the iterator made again."""
+
+    def __init__(self, handover: bool) -> None:
+        self.handover = handover
+        self.unread: list[dict[str, Any]] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        internals = submodule("kit.lightning_internals")
+        self.unread = internals.unread_loader_states(trainer)
+        if self.handover:
+            trainer.train_dataloader.load_state_dict(self.unread[0])
+            internals.restart_train_iterator(trainer)
+            if not internals.epoch_restarted(trainer):  # the saved epoch ended: the next one starts
+                internals.restart_train_iterator(trainer)
+
+
+def _trainer(**kwargs: Any) -> pl.Trainer:
+    return pl.Trainer(
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("handover", [False, True], ids=["lightning", "handed-over"])
+@pytest.mark.parametrize("epoch_end", [False, True], ids=["mid-epoch", "epoch-end"])
+def test_positions_lightning_leaves_unread_are_given_to_the_loader(
+    tmp_path: Path, handover: bool, epoch_end: bool
+) -> None:
+    path = tmp_path / "saved.ckpt"
+    _trainer(max_epochs=1, callbacks=[SaveAt(path, epoch_end)]).fit(Scheduled())
+    saved = torch.load(path, weights_only=True)["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert saved == [{"next": 8 if epoch_end else 3}]
+    callback, model = HandOver(handover), Scheduled()
+    _trainer(max_epochs=2 if epoch_end else 1, callbacks=[callback]).fit(model, ckpt_path=path)
+    assert callback.unread == saved  # lightning#20550 mid-epoch; not "restarting" at an epoch boundary
+    if epoch_end:  # the loader's next epoch, as it would have started it: here from its start
+        assert model.seen == list(range(8))
+    else:
+        assert model.seen == ([3, 4, 5, 6, 7] if handover else [0, 1, 2, 3, 4])
