@@ -12,6 +12,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos import BoringModel
 from support import submodule
 from torch import Tensor, nn
 
@@ -27,6 +28,18 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert loop._combined_loader_states_to_load == []  # unread_loader_states
     assert loop._data_fetcher is None  # restart_train_iterator
     assert callable(LightningCLI._parse_ckpt_path)  # FitKeepsItsModel
+    for name in ("_parser", "_get", "_run_subcommand"):  # CLIInternals
+        assert callable(getattr(LightningCLI, name)), name
+    assert trainer._accelerator_connector.use_distributed_sampler is True  # uses_distributed_sampler
+    assert pl.callbacks.BatchSizeFinder()._early_exit is False  # end_fit_when_found
+    assert callable(trainer._data_connector.attach_data)  # attach_for_fit
+    internals = submodule("kit.lightning_internals")
+    assert internals.LRFinderResult.__name__ == "_LRFinder"  # what Tuner.lr_find returns
+    assert callable(internals.call._call_lightning_datamodule_hook)  # attach_for_fit
+    model = BoringModel()
+    model.trainer = trainer
+    optimizers, schedulers = internals.configured_optimizers(model)  # `_init_optimizers_and_lr_schedulers`
+    assert (len(optimizers), len(schedulers)) == (1, 1)
 
 
 class Positions:

@@ -7,10 +7,18 @@ Lightning, so an upgrade that breaks one fails there, by name, not somewhere dee
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.pytorch.callbacks import BatchSizeFinder
+from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
+from lightning.pytorch.trainer import call
+from lightning.pytorch.tuner.lr_finder import _LRFinder
+
+LRFinderResult = _LRFinder
+"""What ``Tuner.lr_find`` returns (its results and ``plot``): the class is private."""
 
 
 def take_over_signals(trainer: pl.Trainer) -> None:
@@ -37,6 +45,34 @@ def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
     """The cluster environment the Trainer detected (SLURM, torchelastic, ...); single-device strategies keep it only
     in the private accelerator connector."""
     return trainer._accelerator_connector.cluster_environment
+
+
+def uses_distributed_sampler(trainer: pl.Trainer) -> bool:
+    """Whether Lightning shards the training data itself (``Trainer(use_distributed_sampler=...)`` has no getter)."""
+    return bool(getattr(trainer._accelerator_connector, "use_distributed_sampler", True))
+
+
+def attach_for_fit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
+    """Connects model and data to the Trainer and sets the data up as ``fit`` does, without fitting (``schedule``
+    counts a run's steps so). ``fit`` alone does this; its parts are private."""
+    trainer.strategy.connect(model)
+    trainer._data_connector.attach_data(model, datamodule=datamodule)
+    if hasattr(trainer.strategy, "set_world_ranks"):
+        trainer.strategy.set_world_ranks()  # what each launched process sees: the world size shards the data
+    if datamodule is not None:
+        call._call_lightning_datamodule_hook(trainer, "prepare_data")
+        call._call_lightning_datamodule_hook(trainer, "setup", stage="fit")
+
+
+def configured_optimizers(model: pl.LightningModule) -> tuple[list[Any], list[Any]]:
+    """The optimizers and scheduler configs of ``model.configure_optimizers``, normalised as ``fit`` does."""
+    return _init_optimizers_and_lr_schedulers(model)
+
+
+def end_fit_when_found(finder: BatchSizeFinder) -> None:
+    """Makes ``fit`` end once the batch size search is done, as Lightning's ``Tuner.scale_batch_size`` does (a
+    private flag of the callback)."""
+    finder._early_exit = True
 
 
 def epoch_restarted(trainer: pl.Trainer) -> bool:
@@ -79,3 +115,25 @@ class FitKeepsItsModel:
     def _parse_ckpt_path(self) -> None:
         if self.config.get("subcommand") != "fit":  # type: ignore[attr-defined]
             super()._parse_ckpt_path()  # type: ignore[misc]
+
+
+class CLIInternals:
+    """LightningCLI mixin: its private helpers the kit's CLI uses, and its private runner, named here.
+
+    ``_parser(subcommand)`` and ``_get(config, key)`` reach a subcommand's parser and a key of its config;
+    ``_run_subcommand`` is where a subcommand runs, the one place the kit can stand around every command (stop
+    signals, the run's session, setup errors). LightningCLI has no public hook for either.
+    """
+
+    def subcommand_parser(self, subcommand: str | None) -> Any:
+        return self._parser(subcommand)  # type: ignore[attr-defined]
+
+    def config_value(self, config: Any, key: str, default: Any = None) -> Any:
+        return self._get(config, key, default=default)  # type: ignore[attr-defined]
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        self.run_subcommand(lambda: super(CLIInternals, self)._run_subcommand(subcommand))  # type: ignore[misc]
+
+    def run_subcommand(self, run: Callable[[], None]) -> None:
+        """Runs the subcommand (``run``); a subclass stands around it."""
+        run()

@@ -18,7 +18,7 @@ import lightning.pytorch as pl
 import yaml
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from ..lightning_internals import FitKeepsItsModel
+from ..lightning_internals import CLIInternals, FitKeepsItsModel
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.signals import STOP
 from ..trackers.checks import check_trackers, resolve_trackers
@@ -43,16 +43,20 @@ from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 PACKAGE = __package__.split(".")[0]
 
 
-class ProjectCLI(FitKeepsItsModel, LightningCLI):
+class SharedWhenCopied:
+    """A model's optimizer callable holds the CLI (jsonargparse's instantiator): a deep copy of the model (EMA,
+    SWA) shares the one CLI, not a copy of its trainer, data and run lock (which cannot be copied)."""
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SharedWhenCopied:
+        return self
+
+
+class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI):
     """LightningCLI with the project's links and starting configs, the safeguards always on, and run folders."""
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         self.project = project
         super().__init__(*args, **kwargs)
-
-    def __deepcopy__(self, memo: dict[int, object]) -> ProjectCLI:
-        # A model's optimizer callable holds the CLI (jsonargparse): an EMA copy shares it, trainer and lock.
-        return self
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -112,18 +116,17 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
             check_trainer(self.trainer)
             if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)
                 check_paths(self.trainer)
-            if self.subcommand == "fit":
                 check_monitor(self.trainer, self.model, self.datamodule)
         except BadInputError as error:
-            self._discard_new_run()  # created when the Trainer was built: nothing ran in it
+            discard_new_run(self)  # created when the Trainer was built: nothing ran in it
             self._refuse(error)
 
     def _refuse(self, error: BaseException) -> NoReturn:
         """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
-        self._parser(self.subcommand).error(refusal(error), error if isinstance(error, Exception) else None)
+        self.subcommand_parser(self.subcommand).error(refusal(error), error if isinstance(error, Exception) else None)
 
     def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        config = self._get(self.config_init, "trainer", default={})
+        config = self.config_value(self.config_init, "trainer", default={})
         # `enable_progress_bar: null` (the default) means: a bar on a terminal, none in CI logs or pipes.
         if config.get("enable_progress_bar") is None:
             kwargs.setdefault("enable_progress_bar", interactive())
@@ -135,10 +138,10 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
         arguments = self.config_init[self.subcommand] if self.subcommand else self.config_init
         try:
             ckpt_path = session.prepare(
-                self._get(self.config_init, "run"), config, arguments.get("ckpt_path"), self.model
+                self.config_value(self.config_init, "run"), config, arguments.get("ckpt_path"), self.model
             )
             if self.subcommand == "fit":
-                dumped = yaml.safe_load(self._parser("fit").dump(self.config["fit"], skip_none=False))
+                dumped = yaml.safe_load(self.subcommand_parser("fit").dump(self.config["fit"], skip_none=False))
                 session.check_resume(dumped, self.project.links.values(), self.model)
         except ValueError as error:
             session.release()
@@ -146,12 +149,16 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
         if self.subcommand and arguments.get("ckpt_path") is not None:
             arguments["ckpt_path"] = ckpt_path  # `best`/`last` resolved to a file
         callbacks = (
-            session.save_config(self._parser(self.subcommand), self.config[self.subcommand]) if self.subcommand else []
+            session.save_config(self.subcommand_parser(self.subcommand), self.config[self.subcommand])
+            if self.subcommand
+            else []
         )
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
-        kwargs["logger"] = session.loggers(self._get(self.config, "trainer")["logger"], config["logger"])
+        kwargs["logger"] = session.loggers(self.config_value(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        callbacks += as_list(self._get(self.config_init, "best_checkpoint"))  # none with `best_checkpoint: null`
+        callbacks += as_list(
+            self.config_value(self.config_init, "best_checkpoint")
+        )  # none with `best_checkpoint: null`
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
@@ -159,17 +166,15 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
             session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
             raise
         if isinstance(trainer, ProjectTrainer):
-            trainer.command = (self._parser(self.subcommand), self.config.get(str(self.subcommand), self.config))
+            trainer.command = (
+                self.subcommand_parser(self.subcommand),
+                self.config.get(str(self.subcommand), self.config),
+            )
         if self.subcommand:
             session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
         return trainer
 
-    def _discard_new_run(self) -> None:
-        """Removes the run directory this command created (nothing ran in it)."""
-        if (session := getattr(self, "session", None)) is not None:
-            session.discard()
-
-    def _run_subcommand(self, subcommand: str) -> None:
+    def run_subcommand(self, run: Callable[[], None]) -> None:
         """LightningCLI's runner, with the stop signals handled (``safety/signals.py``) and the end of the run's session
         recorded, however it ends.
 
@@ -181,17 +186,23 @@ class ProjectCLI(FitKeepsItsModel, LightningCLI):
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
         with STOP.installed():
             try:
-                super()._run_subcommand(subcommand)
+                run()
             except BaseException as error:
                 if isinstance(error, Exception) and setup.refuses(error):
                     if not setup.trained:
                         if files is not None:
                             files.restore()
-                        self._discard_new_run()
+                        discard_new_run(self)
                     self._refuse(error)
                 self.session.end(error)
                 raise
         self.session.end(None)
+
+
+def discard_new_run(cli: ProjectCLI) -> None:
+    """Removes the run directory the command created (nothing ran in it)."""
+    if (session := getattr(cli, "session", None)) is not None:
+        session.discard()
 
 
 def refusal(error: BaseException) -> str:

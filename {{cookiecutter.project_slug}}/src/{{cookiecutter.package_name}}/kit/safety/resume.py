@@ -20,7 +20,12 @@ from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from ..lightning_internals import epoch_restarted, restart_train_iterator, unread_loader_states
+from ..lightning_internals import (
+    epoch_restarted,
+    restart_train_iterator,
+    unread_loader_states,
+    uses_distributed_sampler,
+)
 from .resumable_data import is_stateful, make_resumable, own_generators
 from .rng_state import collect_rng_state, restore_rng_state
 from .stateful_loaders import draws_unsaved, keep_worker_rngs
@@ -71,7 +76,7 @@ class ExactResume(Callback):
 
     def _resumable(self, trainer: pl.Trainer, loaders: Any) -> Any:
         sharding = trainer.distributed_sampler_kwargs or {}
-        if not getattr(trainer._accelerator_connector, "use_distributed_sampler", True):
+        if not uses_distributed_sampler(trainer):
             sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         loaders, kept = make_resumable(loaders, seed, **sharding)

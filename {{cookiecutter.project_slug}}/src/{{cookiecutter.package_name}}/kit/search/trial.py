@@ -20,7 +20,7 @@ import lightning.pytorch as pl
 import yaml
 
 from ..command.bad_input import BadInputError
-from ..command.cli import ProjectCLI, build_cli, refusal
+from ..command.cli import ProjectCLI, build_cli, discard_new_run, refusal
 from ..command.project import Project
 from .monitor import TrialMonitor
 
@@ -57,7 +57,7 @@ class TrialCLI(ProjectCLI):
 
     def _refuse(self, error: BaseException) -> NoReturn:
         # Not printed here: the trial's output goes to its fit.log; the worker prints it and the search exits 2.
-        self._discard_new_run()
+        discard_new_run(self)
         raise TrialRefusedError(refusal(error))
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lightning.pytorch.tuner.lr_finder import _LRFinder
+from ..lightning_internals import LRFinderResult
 
 
-def save_lr_plot(finder: _LRFinder, marked: int, path: Path) -> Path | None:
+def save_lr_plot(finder: LRFinderResult, marked: int, path: Path) -> Path | None:
     """Lightning's plot of the loss against the LR, point ``marked`` in red, as a PNG; ``None`` without matplotlib."""
     try:
         from matplotlib.figure import Figure  # optional: not a dependency of the project

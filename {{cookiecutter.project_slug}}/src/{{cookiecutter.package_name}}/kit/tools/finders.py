@@ -32,7 +32,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..lightning_internals import request_stop
+from ..lightning_internals import end_fit_when_found, request_stop
 from ..safety.signals import STOP, STOPS, exit_code
 from .finder_plots import save_lr_plot, text_plot
 from .finder_presets import PACKAGE, Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
@@ -146,7 +146,7 @@ def batch_size_find(
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = steps_per_trial
     finder = _BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, attribute, margin, max_val)
-    finder._early_exit = True  # `fit` ends once the search is done, as in Lightning's Tuner.scale_batch_size
+    end_fit_when_found(finder)
     trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]
     with stopped_by_signals(trainer, "the batch size search"):
         trainer.fit(model, datamodule=datamodule)

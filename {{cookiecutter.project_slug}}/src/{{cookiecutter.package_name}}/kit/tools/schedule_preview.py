@@ -11,9 +11,9 @@ import math
 import warnings
 
 import lightning.pytorch as pl
-from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
-from lightning.pytorch.trainer import call
 from lightning.pytorch.trainer.states import TrainerFn
+
+from ..lightning_internals import attach_for_fit, configured_optimizers
 
 
 def learning_rates(
@@ -22,16 +22,10 @@ def learning_rates(
     """The LR of the first parameter group of the first optimizer at each optimizer step of the run."""
     trainer.state.fn = TrainerFn.FITTING
     trainer.training = True
-    trainer.strategy.connect(model)
-    trainer._data_connector.attach_data(model, datamodule=datamodule)
-    if hasattr(trainer.strategy, "set_world_ranks"):
-        trainer.strategy.set_world_ranks()  # what each launched process sees: the world size shards the data
-    if datamodule is not None:
-        call._call_lightning_datamodule_hook(trainer, "prepare_data")
-        call._call_lightning_datamodule_hook(trainer, "setup", stage="fit")
+    attach_for_fit(trainer, model, datamodule)
     try:
         # The function `fit` calls: it runs `configure_optimizers` and normalises its output.
-        optimizers, schedulers = _init_optimizers_and_lr_schedulers(model)
+        optimizers, schedulers = configured_optimizers(model)
         total = trainer.estimated_stepping_batches
     finally:
         trainer.fit_loop.teardown()  # stops DataLoader workers started to count the batches
