@@ -9,6 +9,7 @@ what would change the model its checkpoint holds: LightningCLI built the checkpo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,3 +137,21 @@ def test_a_lock_held_on_another_host_is_taken_over_once_it_stops_being_refreshed
     assert yaml.safe_load(lock_file.read_text())["pid"] == os.getpid()
     held.release()
     assert not lock_file.exists()
+
+
+@pytest.mark.slow  # a second process
+def test_a_run_folder_deleted_during_fit_is_one_line_and_exit_1(in_tmp: Path) -> None:
+    run = in_tmp / "runs" / "fixture" / "deleted"
+    fit = start_fit(in_tmp, *run_dir_flags(run), "--trainer.max_epochs=40", fault("SleepEachStep", seconds=0.05))
+    deadline = time.time() + 120
+    while not (run / "checkpoints" / "last.ckpt").exists():  # a first epoch written
+        assert fit.poll() is None, (in_tmp / "first.log").read_text()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.2)
+    shutil.rmtree(run)  # a user's `rm -rf`, a cleanup job
+    assert fit.wait(timeout=120) == 1
+    output = (in_tmp / "first.log").read_text()
+    expected = f"error: {run}: the run folder was deleted while fit ran; nothing more could be saved in it"
+    assert output.strip().splitlines()[-1] == expected
+    assert "Traceback" not in output
+    assert not run.exists()  # nothing written again

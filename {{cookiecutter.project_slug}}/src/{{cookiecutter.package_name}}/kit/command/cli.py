@@ -184,7 +184,7 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
         """
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
-        with STOP.installed():
+        with STOP.installed(), self.session.watching():
             try:
                 run()
             except BaseException as error:
@@ -195,6 +195,7 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
                         discard_new_run(self)
                     self._refuse(error)
                 self.session.end(error)
+                self.session.exit_if_folder_gone(str(self.subcommand))
                 raise
         self.session.end(None)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
+import sys
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,9 +157,39 @@ class RunSession:
 
     def end(self, error: BaseException | None) -> None:
         """Records how this session ended (``None``: it finished), and gives the run's lock back."""
-        if self.record is not None:
+        if self.record is not None and not self.folder_gone():
             self.record.end_session(error)
         self.release()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """While the command runs: an error a writer thread (TensorBoard's) raises because the run folder was removed
+        is left to the one line of ``exit_if_folder_gone``, not printed as a thread's traceback."""
+        previous = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            if not (issubclass(args.exc_type, OSError) and self.folder_gone()):
+                previous(args)
+
+        threading.excepthook = hook
+        try:
+            yield
+        finally:
+            threading.excepthook = previous
+
+    def exit_if_folder_gone(self, subcommand: str) -> None:
+        """Exits 1 with one ``error:`` line if the run folder was removed while the command ran: the error a write
+        into it raised (TensorBoard's events, a checkpoint, provenance) would not say that."""
+        if self.folder_gone():
+            sys.stderr.write(
+                f"error: {self.directory}: the run folder was deleted while {subcommand} ran; nothing more could be"
+                " saved in it\n"
+            )
+            raise SystemExit(1)
+
+    def folder_gone(self) -> bool:
+        """Whether the run folder this command writes was removed while it ran (nothing more can be kept in it)."""
+        return self.record is not None and self.record.writer and not self.record.directory.is_dir()
 
     def release(self) -> None:
         """Gives the run's lock back (a refused command writes nothing, a lock included)."""
