@@ -130,6 +130,7 @@ def test_bad_space_is_one_error_line_naming_the_key_and_writes_nothing(
         (["--trials=0"], "error: --trials and --workers must be >= 1, got 0 and 1"),
         (["--heartbeat_interval=5", "--grace_period=5"], "error: need 1 <= --heartbeat_interval < --grace_period"),
         (["--metric=val/mse"], "error: --direction: say `minimize` or `maximize` for --metric val/mse"),
+        (["--trainer.fast_dev_run=true"], "error: trainer.fast_dev_run: a trial under it logs no metric to rank"),
         # A closed port: the message names the database, without its password.
         (
             ["--storage=postgresql://user:secret@127.0.0.1:1/db"],
@@ -288,3 +289,24 @@ def test_ddp_trials_are_refused_with_one_line_before_any_trains(
     states = optuna.trial.TrialState
     # The refused trial is not counted: its values are queued again for a search with a config that works.
     assert [trial.state for trial in load_study().get_trials()] == [states.FAIL, states.WAITING]
+
+
+def test_a_grid_sampler_runs_its_grid_once_and_ends_the_search(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Optuna's GridSampler ends the study when told its last point (`Study.stop`, meant for `optimize`).
+    grid = {"model.init_args.hidden": [8, 16]}
+    Path("grid.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "space": {"model.init_args.hidden": {"choice": [8, 16]}},
+                "sampler": {"class_path": "optuna.samplers.GridSampler", "init_args": {"search_space": grid}},
+            }
+        )
+    )
+    code, _, err = search(cli, capsys, "--config=grid.yaml", "--trials=5", "--trainer.max_epochs=1")
+    assert code == 0, err
+    trials = load_study().get_trials()
+    assert sorted(trial.params["model.init_args.hidden"] for trial in trials) == [8, 16]  # each point once, then done
+    assert {trial.state for trial in trials} == {optuna.trial.TrialState.COMPLETE}
+    assert (SEARCH / "best.yaml").is_file()

@@ -147,6 +147,11 @@ def make_plan(parser: LightningArgumentParser, config: Namespace, project: Proje
     metric, direction = settings.metric or monitor, settings.direction
     if metric is None:
         raise ValueError("--metric: name the logged metric to optimize (best_checkpoint is off, so it names none)")
+    if config.trainer.fast_dev_run:  # Lightning logs no metric and saves no checkpoint under it
+        raise ValueError(
+            "trainer.fast_dev_run: a trial under it logs no metric to rank; for a quick search lower"
+            " --trainer.max_epochs and --trainer.limit_train_batches instead"
+        )
     if direction is None:
         if metric != monitor:
             raise ValueError(f"--direction: say `minimize` or `maximize` for --metric {metric}")

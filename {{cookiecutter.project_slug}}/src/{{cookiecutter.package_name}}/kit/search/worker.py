@@ -25,6 +25,7 @@ import optuna
 import torch
 from jsonargparse import ArgumentParser
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from optuna.samplers import GridSampler
 from optuna.trial import TrialState
 
 from ..command.project import Project
@@ -151,7 +152,8 @@ def _next_trial(
             optuna.storages.fail_stale_trials(study)  # marks dead workers' trials failed and queues them again
             trials = counted(study.get_trials(deepcopy=False))
             waiting = any(trial.state == TrialState.WAITING for trial in trials)
-            if waiting or len(trials) < plan.trials:
+            exhausted = isinstance(study.sampler, GridSampler) and study.sampler.is_exhausted(study)
+            if waiting or (len(trials) < plan.trials and not exhausted):  # a grid's every point tried: done
                 trial = study.ask()
                 storage.record_heartbeat(trial._trial_id)  # type: ignore[attr-defined]  # owner and time, at once
                 return trial
@@ -175,33 +177,45 @@ def _run(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, 
         with storages.heartbeat(storage, trial._trial_id):
             fit_trial(plan.base_config, flags, run_dir, monitor, plan.project)
     except NonFiniteError as error:  # this configuration diverges: a result, not a fault of the search
-        study.tell(trial, state=TrialState.FAIL)
+        tell(study, trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: {error}", flush=True)
     except TrialRefusedError:
         with storages.exclusive(storage, plan.study_name):  # the config, not this trial: it is not counted
-            study.tell(trial, state=TrialState.FAIL)
+            tell(study, trial, state=TrialState.FAIL)
             storages.retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
         raise
     except (SystemExit, KeyboardInterrupt) as stopped:
         if (code := _interruption(stopped, monitor)) is None:
-            study.tell(trial, state=TrialState.FAIL)
+            tell(study, trial, state=TrialState.FAIL)
             raise
         _fail_and_retry(plan, study, storage, trial)
         print(f"trial {trial.number} stopped: saved in {run_dir}; it resumes when the search runs again", flush=True)
         raise TrialInterruptedError(code) from None
     except BaseException:
-        study.tell(trial, state=TrialState.FAIL)  # whatever ends this worker, the trial is not left running
+        tell(study, trial, state=TrialState.FAIL)  # whatever ends this worker, the trial is not left running
         raise
     else:
         if monitor.best is None:
-            study.tell(trial, state=TrialState.FAIL)
+            tell(study, trial, state=TrialState.FAIL)
             raise MetricNotLoggedError(f"no validation logged the searched metric {plan.metric!r}")
         if monitor.pruned:
-            study.tell(trial, state=TrialState.PRUNED)
+            tell(study, trial, state=TrialState.PRUNED)
         else:
-            study.tell(trial, monitor.best)
+            tell(study, trial, monitor.best)
     finished = next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number)
     print(progress_line(study, finished, list(plan.space), plan.metric, plan.trials), flush=True)
+
+
+def tell(
+    study: optuna.Study, trial: optuna.Trial, values: float | None = None, state: TrialState | None = None
+) -> None:
+    """``study.tell``, for a sampler that ends the study when told its last trial: Optuna's ``GridSampler`` calls
+    ``Study.stop``, which raises outside ``optimize`` (this search asks and tells). Optuna stores the trial first."""
+    try:
+        study.tell(trial, values, state=state)
+    except RuntimeError as error:
+        if "Study.stop" not in str(error):
+            raise
 
 
 def _interruption(stopped: BaseException, monitor: TrialMonitor) -> int | None:
@@ -219,5 +233,5 @@ def _interruption(stopped: BaseException, monitor: TrialMonitor) -> int | None:
 
 def _fail_and_retry(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseStorage, trial: optuna.Trial) -> None:
     with storages.exclusive(storage, plan.study_name):
-        study.tell(trial, state=TrialState.FAIL)
+        tell(study, trial, state=TrialState.FAIL)
         storages.retry(study, next(t for t in study.get_trials(deepcopy=False) if t.number == trial.number))
