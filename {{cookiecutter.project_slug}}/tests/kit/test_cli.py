@@ -154,3 +154,30 @@ def test_python_dash_m_and_console_script(run_process: Callable[..., subprocess.
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
     assert "val/loss" in validate.stdout
+
+
+@pytest.mark.parametrize(
+    "subcommand",
+    [
+        ["validate", "--ckpt_path=last"],
+        ["test", "--ckpt_path=best"],
+        ["predict", "--ckpt_path=last"],
+        ["export", "--ckpt_path=last"],
+        ["schedule"],
+        ["lr_find", "--num_training=16"],
+        ["batch_size_find", "--max_trials=2"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_a_runs_own_config_feeds_every_subcommand(cli: ModuleType, in_tmp: Path, subcommand: list[str]) -> None:
+    run = in_tmp / "runs" / "fixture" / "trained"
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"])
+    name, *args = subcommand
+    if name == "export":
+        pytest.importorskip("onnxscript", reason="export needs the export extra: pip install -e '.[export]'")
+    code: object = 0
+    try:
+        cli.main([name, f"--config={run / 'config.yaml'}", *args])
+    except SystemExit as stop:  # the subcommands that print and exit
+        code = stop.code or 0
+    assert code == 0
