@@ -17,7 +17,7 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.tuner.lr_finder import _LRFinder
-from support import refused, run_dir_flags, submodule
+from support import TESTS, refused, run_dir_flags, submodule
 
 finders = submodule("kit.tools.finders")
 finder_presets = submodule("kit.tools.finder_presets")
@@ -166,7 +166,7 @@ def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:
     config = Namespace(model=Namespace(init_args=Namespace(optimizer=optimizer, hidden=8)), data=Namespace(lr=1.0))
 
     def key(named: str | None, names: tuple[str, ...] = finders.LR_NAMES) -> str:
-        return finder_presets.config_key(config, named, "model", names, "lr_key")
+        return finder_presets.config_key(config, named, ("model", "optimizer"), names, "lr_key")
 
     assert key(None) == "model.init_args.optimizer.init_args.lr"  # `data.lr` is not under `model`
     assert key("model.init_args.hidden") == "model.init_args.hidden"
@@ -175,6 +175,22 @@ def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:
         key(None)
     with pytest.raises(ValueError, match="none is named batch_size"):
         key(None, finders.BATCH_SIZE_NAMES)
+    # A module without configure_optimizers: the LR is the top-level `--optimizer`'s.
+    top_level = Namespace(class_path="torch.optim.Adam", init_args=Namespace(lr=0.01))
+    config = Namespace(model=Namespace(init_args=Namespace(hidden=8)), optimizer=top_level)
+    assert key(None) == "optimizer.init_args.lr"
+
+
+def test_the_finders_on_a_module_that_brings_its_own_loaders(
+    cli: ModuleType, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "foreign.yaml"))
+    own = ["--model=foreign.BringsItsOwn", "--data=null", "--optimizer=torch.optim.Adam", "--optimizer.lr=0.01"]
+    line = refused(capsys, lambda: cli.main(["batch_size_find", *own]))
+    assert line == "error: batch_size_find scales a datamodule's batch size, and this command has none (--data null)"
+    cli.main(["lr_find", *own, "--num_training=16"])
+    preset = yaml.safe_load(next(Path("runs").rglob("lr_find.yaml")).read_text())
+    assert set(preset) == {"optimizer"}  # the top-level optimizer's LR: what the module is built with
 
 
 def test_batch_size_find_writes_a_preset_and_says_a_cpu_only_bounds_memory(

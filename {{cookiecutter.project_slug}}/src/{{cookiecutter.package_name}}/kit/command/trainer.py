@@ -173,7 +173,7 @@ class ProjectTrainer(pl.Trainer):
     def batch_size_find(
         self,
         model: pl.LightningModule,
-        datamodule: pl.LightningDataModule,
+        datamodule: pl.LightningDataModule | None = None,
         mode: Literal["power", "binsearch"] = "power",
         steps_per_trial: int = 3,
         init_val: int = 2,

@@ -40,16 +40,18 @@ def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
     return command
 
 
-def config_key(config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str) -> str:
-    """The numeric config key a finder sets: ``key`` if given, else the one under ``section`` named one of ``names``.
+def config_key(config: Namespace, key: str | None, sections: tuple[str, ...], names: tuple[str, ...], flag: str) -> str:
+    """The numeric config key a finder sets: ``key`` if given, else the one under ``sections`` named one of ``names``.
 
     Raises ``ValueError`` naming the flag when ``key`` holds no number, or when none or several keys match.
     """
     if key is None:
-        matches = [k for k, _ in config.items() if k.startswith(f"{section}.") and k.rsplit(".", 1)[-1] in names]
+        under = tuple(f"{section}." for section in sections)
+        matches = [k for k, _ in config.items() if k.startswith(under) and k.rsplit(".", 1)[-1] in names]
         if len(matches) != 1:
             found = f"found {', '.join(matches)}" if matches else f"none is named {' or '.join(names)}"
-            raise ValueError(f"--{flag}: which key under `{section}` should the preset set? {found}; name it")
+            where = " or ".join(f"`{section}`" for section in sections)
+            raise ValueError(f"--{flag}: which key under {where} should the preset set? {found}; name it")
         key = matches[0]
     value = config.get(key) if key in config else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -58,10 +60,15 @@ def config_key(config: Namespace, key: str | None, section: str, names: tuple[st
 
 
 def key_or_exit(
-    parser: ArgumentParser, config: Namespace, key: str | None, section: str, names: tuple[str, ...], flag: str
+    parser: ArgumentParser,
+    config: Namespace,
+    key: str | None,
+    sections: tuple[str, ...],
+    names: tuple[str, ...],
+    flag: str,
 ) -> str:
     try:
-        return config_key(config, key, section, names, flag)
+        return config_key(config, key, sections, names, flag)
     except ValueError as error:
         parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
 

@@ -65,7 +65,8 @@ def lr_find(
     number, with nothing written.
     """
     parser, config = command_config(trainer)
-    key = key_or_exit(parser, config, lr_key, "model", LR_NAMES, "lr_key")
+    # Under the model, or the top-level `--optimizer` of a module without configure_optimizers.
+    key = key_or_exit(parser, config, lr_key, ("model", "optimizer"), LR_NAMES, "lr_key")
     if not min_lr > 0:  # the exponential mode divides by it; a negative LR is no LR
         parser.error(f"min_lr must be > 0, got {min_lr:g}: e.g. --min_lr 1e-8")
     if not max_lr > min_lr:
@@ -115,7 +116,7 @@ def lr_find(
 def batch_size_find(
     trainer: pl.Trainer,
     model: pl.LightningModule,
-    datamodule: pl.LightningDataModule,
+    datamodule: pl.LightningDataModule | None,
     *,
     mode: str,
     steps_per_trial: int,
@@ -132,7 +133,9 @@ def batch_size_find(
     (without ``overwrite``), exits 2 before anything runs; a stop signal exits 128 + its number, with nothing written.
     """
     parser, config = command_config(trainer)
-    key = key_or_exit(parser, config, batch_size_key, "data", BATCH_SIZE_NAMES, "batch_size_key")
+    if datamodule is None:
+        parser.error("batch_size_find scales a datamodule's batch size, and this command has none (--data null)")
+    key = key_or_exit(parser, config, batch_size_key, ("data",), BATCH_SIZE_NAMES, "batch_size_key")
     attribute = key.rsplit(".", 1)[-1]
     if trainer.world_size > 1:
         parser.error("batch_size_find runs on one device: Lightning's finder refuses distributed strategies")
