@@ -54,13 +54,14 @@ class SharedWhenCopied:
 class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI):
     """LightningCLI with the project's links and starting configs, the safeguards always on, and run folders."""
 
-    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
-        self.project = project
+    def __init__(self, *args: Any, project: Project, only: str | None = None, **kwargs: Any) -> None:
+        self.project, self.only = project, only
         super().__init__(*args, **kwargs)
 
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        # Only the asked subcommand's parser is built (each costs ~0.05 s); all of them for the top-level help.
+        every = every_subcommand()
+        return {self.only: every[self.only]} if self.only in every else every
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         # Lightning's parser, with a `--config` that names the file and the line of a problem in it.
@@ -232,6 +233,7 @@ def build_cli(
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": project.default_config_files(given)}
+    only = next((arg for arg in given if arg in every_subcommand()), None) if run else None
     # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
     epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
     main_parser = {"allow_abbrev": False, "prog": PACKAGE, "epilog": epilog} if run else settings
@@ -246,8 +248,14 @@ def build_cli(
         seed_everything_default=42,
         auto_configure_optimizers=True,  # `--optimizer Adam --lr_scheduler StepLR`, as Lightning's CLI docs show
         save_config_callback=None,  # the run's config is written once, by the fit that creates the run
-        parser_kwargs={**main_parser, **{name: dict(settings) for name in ProjectCLI.subcommands()}},
+        parser_kwargs={**main_parser, **{name: dict(settings) for name in every_subcommand() if only in (None, name)}},
         args=args,
         run=run,
         project=project,
+        only=only,
     )
+
+
+def every_subcommand() -> dict[str, set[str]]:
+    """Lightning's subcommands and the kit's, each with the Trainer method arguments its parser leaves out."""
+    return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
