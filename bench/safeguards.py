@@ -1,6 +1,7 @@
-"""What the safeguards cost: the non-finite loss check, input validation, and atomic checkpoint writes.
+"""What the safeguards cost: the non-finite loss and weights checks, input validation, and atomic checkpoint writes.
 
-The loss check is measured as whole training steps of the default run with and without it, and alone.
+The loss check is measured as whole training steps of the default run with and without it, and alone; the weights
+check (one fused norm of the parameters after each optimizer step) alone, on the default run's model.
 On a GPU its one host read per step comes right after torchmetrics' own host read of the same loss (the
 NaN check in ``MeanMetric.update``), so it waits for no further device work; on the CPU there is no wait.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import Row, StepTimer, fit_once, judge, median_ms, median_ratios, project, steady
+from common import Row, StepTimer, build, fit_once, judge, median_ms, median_ratios, project, steady
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
@@ -94,6 +95,16 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
     return rows
 
 
+def weights_check_us(workdir: Path, presets: tuple[str, ...], calls: int) -> float:
+    """Microseconds per call of the weights check after an optimizer step, on the default run's model."""
+    built = build(workdir / "weights-check", presets=presets)
+    guard = project("kit.safety.nonfinite").StopOnNonFinite()
+    start = time.perf_counter()
+    for _ in range(calls):
+        guard.on_optimizer_step_end(built.trainer, built.model)
+    return 1e6 * (time.perf_counter() - start) / calls
+
+
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
     presets = ("debug/tiny",) if tiny else ()
@@ -107,7 +118,22 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     alone = [check_alone_us(1_000 if tiny else 20_000) / 1e3 for _ in range(repeats)]
     alone_ms = statistics.median(alone)
     shares = [a / (1e3 * statistics.median(run)) for a, run in zip(alone, durations[True], strict=True)]
+    weights = [weights_check_us(workdir, presets, 100 if tiny else 2_000) / 1e3 for _ in range(repeats)]
+    weight_shares = [w / (1e3 * statistics.median(run)) for w, run in zip(weights, durations[True], strict=True)]
     rows = [
+        Row(
+            "Non-finite weights check, cost per step",
+            "a training step",
+            with_ms,
+            "the check alone",
+            statistics.median(weights),
+            "ms",
+            goal="<= 0.005x",
+            met=judge(weight_shares, 0.005),
+            note="one fused norm of every parameter after each optimizer step (torch.nn.utils.get_total_norm), one"
+            " host read; per repeat, the check alone over that repeat's fit's median step",
+            repeats=weight_shares,
+        ),
         Row(
             "Non-finite loss check, cost per step",
             "a training step",

@@ -30,6 +30,7 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "Data seam",
         "Precision",
         "DDP",
+        "Non-finite weights check, cost per step",
         "Tracker cost per step: csv",
         "Tracker cost per step: mlflow (local file store)",
         "Start-up, image_classifier fit --help",
