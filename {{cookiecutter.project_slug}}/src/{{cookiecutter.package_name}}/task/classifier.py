@@ -8,12 +8,13 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..kit import (
+    ScheduleCallable,
     check_optimization,
     compile_in_place,
     configure_optimization,
@@ -36,11 +37,11 @@ class Classifier(pl.LightningModule):
         num_classes: int = 10,
         input_shape: tuple[int, ...] = (1, 28, 28),
         optimizer: OptimizerCallable = torch.optim.AdamW,
-        scheduler: LRSchedulerCallable | None = None,
-        scheduler_interval: Literal["step", "epoch"] | None = None,
-        scheduler_monitor: str = "val/loss",
+        scheduler: ScheduleCallable | None = None,
         label_smoothing: float = 0.0,
         compile_network: bool = False,
+        scheduler_interval: Literal["step", "epoch"] | None = None,
+        scheduler_monitor: str = "val/loss",
     ) -> None:
         """Wraps a network for training.
 
@@ -52,11 +53,11 @@ class Classifier(pl.LightningModule):
             optimizer: Optimizer class and arguments; called with the parameters.
             scheduler: LR schedule (any torch scheduler by class path); one that declares ``total_steps``
                 (``WarmupCosine``, ``OneCycleLR``) is given the run's length. ``null`` keeps the LR constant.
-            scheduler_interval: ``step`` or ``epoch``; ``null``: ``epoch`` for ``ReduceLROnPlateau``, else ``step``.
-            scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` schedule reads.
             label_smoothing: Cross-entropy label smoothing in ``[0, 1)``.
             compile_network: Compile the network in place with ``torch.compile`` (state_dict keys unchanged), and
                 give the optimizer a one-kernel step (``fused``, see ``kit/parts/compiled.py``).
+            scheduler_interval: ``step`` or ``epoch``; ``null``: ``epoch`` for ``ReduceLROnPlateau``, else ``step``.
+            scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` schedule reads.
         """
         super().__init__()
         if not 0.0 <= label_smoothing < 1.0:
