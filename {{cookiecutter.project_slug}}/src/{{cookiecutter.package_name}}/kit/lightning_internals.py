@@ -99,8 +99,10 @@ def restart_train_iterator(trainer: pl.Trainer) -> None:
     """Makes the epoch's train iterator again, as ``FitLoop.setup_data`` does: a loader that applies a loaded position
     when its iterator is made (torchdata's ``StatefulDataLoader``) ignores one loaded after. The loop keeps the
     iterator in its private ``_data_fetcher``."""
-    if trainer.fit_loop._data_fetcher is not None:
-        iter(trainer.fit_loop._data_fetcher)
+    fetcher = trainer.fit_loop._data_fetcher
+    if fetcher is not None:
+        fetcher.teardown()  # the current iterator's workers end first: no worker is forked beside a live set
+        iter(fetcher)
 
 
 class FitKeepsItsModel:
