@@ -8,7 +8,8 @@ fresh folder, a fresh venv, ``pip install -e ".[dev]"`` (no other extra: tests t
 then the project's ``make test``. ``lowest`` adds a constraints file that pins the floors the generated
 ``pyproject.toml`` declares for ``PINNED`` with ``==``; ``newest`` is the README's command as it is, whatever the
 package index resolves today. One line per stack (versions, test counts, times) goes to stdout and to
-``stacks-results.txt``; each stack's whole log to ``build/stacks/<stack>.log``. Exit status 1 when a stack fails.
+``stacks-results.txt``, where a stack not run keeps its earlier line; each stack's whole log goes to
+``build/stacks/<stack>.log``. Exit status 1 when a stack fails.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 Stack = Literal["lowest", "newest"]
+STACKS = ("lowest", "newest")
 PINNED = ("torch", "lightning", "torchmetrics", "jsonargparse")
 """The dependencies whose declared floor the lowest stack pins; the rest resolve as pip chooses."""
 QUICKSTART = ("python -m venv .venv && . .venv/bin/activate", 'pip install -e ".[dev]"')
@@ -124,16 +126,18 @@ def main(only: list[Stack] | None = None, python: str = "python3", keep: bool = 
         keep: Keep each stack's folder (project and venv, several GB) instead of deleting it.
         min_free_gb: Refuse to start a stack with less free disk than this where the venvs go (GB).
     """
-    names = only or ["lowest", "newest"]
+    names = only or list(STACKS)
     logs = ROOT / "build" / "stacks"
     logs.mkdir(parents=True, exist_ok=True)
     results = ROOT / "stacks-results.txt"
     header = (
-        f"# {datetime.date.today()} Python {platform.python_version()} on {os.cpu_count()} cores;"
-        f" each stack: pip install -e '.[dev]' as the generated README says, then make test"
+        f"# Python {platform.python_version()} on {os.cpu_count()} cores; each stack: pip install -e '.[dev]' as the"
+        " generated README says, then make test"
     )
-    results.write_text(header + "\n")
     print(header, flush=True)
+    # A stack not run this time keeps its line from an earlier run.
+    kept = results.read_text().splitlines()[1:] if results.is_file() else []
+    lines = {line.split(":")[0]: line for line in kept if line.split(":")[0] in STACKS}
     failed = False
     for name in names:
         workdir = Path(tempfile.mkdtemp(prefix=f"stacks-{name}-"))
@@ -150,8 +154,8 @@ def main(only: list[Stack] | None = None, python: str = "python3", keep: bool = 
                 shutil.rmtree(workdir, ignore_errors=True)
         failed |= not passed
         print(line, *notes, sep="\n  ", flush=True)
-        with results.open("a") as out:
-            out.write(line + "\n")
+        lines[name] = f"{line} | {datetime.date.today()}"
+        results.write_text("\n".join([header, *(lines[stack] for stack in STACKS if stack in lines)]) + "\n")
     return int(failed)
 
 
