@@ -8,10 +8,10 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test lint bench clean
+.PHONY: help setup main test test-stacks lint bench clean
 
 help: ## Show the targets.
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-6s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 # The MLflow tracking server the generated trackers' tests start runs from an environment of its own (~25 s to
 # build): the full `mlflow` package without the scipy, scikit-learn and pandas it would bring into .venv.
@@ -41,6 +41,11 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 # Two workers: the generated suite (one test, minutes, mostly on one core) runs beside the rest; idle ones steal work.
 test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
 	MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --numprocesses 2 --dist worksteal
+
+# Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
+# the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
+test-stacks: setup ## Run the default project's suite on the lowest and the newest stack it declares (stacks-results.txt).
+	$(BIN)/python scripts/test_stacks.py --python $(PYTHON) $(ARGS)
 
 bench: setup ## Measure the kit in a baked default project (docs/benchmarks.md); ARGS: e.g. --only '[overhead]'
 	rm -rf $(PROJECT)
