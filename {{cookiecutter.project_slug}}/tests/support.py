@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -76,6 +77,20 @@ def run_dir_flags(run_dir: Path | str) -> list[str]:
         f"--run.experiment={run_dir.parent.name}",
         f"--run.name={run_dir.name}",
     ]
+
+
+def fit_exit_code(cli: ModuleType, run: Path, *args: str) -> int:
+    """Runs ``fit`` into ``run`` in this process and returns its exit code (0: finished)."""
+    try:
+        cli.build_cli(["fit", *run_dir_flags(run), *args])
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def last_checkpoint(run: Path) -> dict[str, Any]:
+    """The run's ``last.ckpt``, loaded as a resume loads it (``weights_only``)."""
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 
 
 def refused(capsys: pytest.CaptureFixture[str], command: Callable[[], object]) -> str:

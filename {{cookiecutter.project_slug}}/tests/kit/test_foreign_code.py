@@ -11,12 +11,10 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
-import torch
 from faults import fault
-from support import TESTS, assert_identical, refused, run_dir_flags, submodule
+from support import TESTS, assert_identical, fit_exit_code, last_checkpoint, refused, submodule
 
 DEMOS = "lightning.pytorch.demos"
 LIMITS = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=4"]
@@ -82,18 +80,6 @@ def _no_task_config(monkeypatch: pytest.MonkeyPatch, in_tmp: Path) -> None:
     (in_tmp / "data" / "wikitext-2.txt").write_text(CORPUS)
 
 
-def fit(cli: ModuleType, run: Path, *args: str) -> int:
-    try:
-        cli.build_cli(["fit", *run_dir_flags(run), *args])
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
-
-
-def last(run: Path) -> dict[str, Any]:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_foreign_code_fits_resumes_exactly_is_listed_validated_and_exported(
     cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], case: str
@@ -102,11 +88,11 @@ def test_foreign_code_fits_resumes_exactly_is_listed_validated_and_exported(
         pytest.importorskip(REQUIRES[case], reason=f"{case} needs {REQUIRES[case]} (the dev extra: torchdata)")
     args = CASES[case]
     straight, stopped = Path("runs/foreign/straight"), Path("runs/foreign/stopped")
-    assert fit(cli, straight, *args) == 0
-    assert fit(cli, stopped, *args, fault("SignalAtStep", step=3, signum=int(signal.SIGTERM))) == 143
-    assert last(stopped)["global_step"] == 3
-    assert fit(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
-    expected, resumed = last(straight), last(stopped)
+    assert fit_exit_code(cli, straight, *args) == 0
+    assert fit_exit_code(cli, stopped, *args, fault("SignalAtStep", step=3, signum=int(signal.SIGTERM))) == 143
+    assert last_checkpoint(stopped)["global_step"] == 3
+    assert fit_exit_code(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
+    expected, resumed = last_checkpoint(straight), last_checkpoint(stopped)
     for key in EXACT:
         assert_identical(resumed[key], expected[key], key)
     capsys.readouterr()
@@ -140,10 +126,10 @@ def test_a_stateful_loader_resumes_exactly_from_an_epoch_boundary(cli: ModuleTyp
     pytest.importorskip(REQUIRES["StatefulDataLoader"], reason="StatefulDataLoader needs torchdata (the dev extra)")
     args = CASES["StatefulDataLoader"]
     straight, stopped = Path("runs/foreign/straight"), Path("runs/foreign/stopped")
-    assert fit(cli, straight, *args) == 0
-    assert fit(cli, stopped, *args, fault("SignalAtEpochEnd", epoch=0)) == 143
-    assert last(stopped)["global_step"] == 8
-    assert fit(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
-    expected, resumed = last(straight), last(stopped)
+    assert fit_exit_code(cli, straight, *args) == 0
+    assert fit_exit_code(cli, stopped, *args, fault("SignalAtEpochEnd", epoch=0)) == 143
+    assert last_checkpoint(stopped)["global_step"] == 8
+    assert fit_exit_code(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
+    expected, resumed = last_checkpoint(straight), last_checkpoint(stopped)
     for key in EXACT:
         assert_identical(resumed[key], expected[key], key)

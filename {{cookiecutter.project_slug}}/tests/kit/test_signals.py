@@ -7,30 +7,16 @@ import json
 import signal
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 import torch
 import yaml
 from faults import fault
-from support import run_dir_flags
+from support import fit_exit_code, last_checkpoint, run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches; 4 validation batches per epoch
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
-
-
-def fit(cli: ModuleType, run: Path, *args: str) -> int:
-    """Runs ``fit`` into ``run`` and returns the exit code (0: finished)."""
-    try:
-        cli.build_cli(["fit", *run_dir_flags(run), *args])
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0
-
-
-def last(run: Path) -> dict[str, Any]:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 
 
 def statuses(run: Path) -> list[str]:
@@ -41,13 +27,13 @@ def statuses(run: Path) -> list[str]:
 def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run that is never interrupted."""
     run = tmp_path_factory.mktemp("straight") / "runs" / "fixture" / "straight"
-    assert fit(cli, run) == 0
+    assert fit_exit_code(cli, run) == 0
     return run
 
 
 def assert_same_training(run: Path, straight: Path) -> None:
     """The final training state of ``run`` is bit-identical to the uninterrupted run's."""
-    resumed, expected = last(run), last(straight)
+    resumed, expected = last_checkpoint(run), last_checkpoint(straight)
     for key in EXACT:
         for a, b in zip(_leaves(resumed[key]), _leaves(expected[key]), strict=True):
             assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, key
@@ -74,11 +60,11 @@ def test_sigterm_in_fits_validation_stops_within_a_batch_and_resumes_exactly(
 ) -> None:
     run, report = tmp_path / "runs" / "fixture" / "cut", tmp_path / "report.json"
     cut = fault("SignalInValidation", epoch=0, batch=batch, report=str(report))
-    assert fit(cli, run, cut) == 143
+    assert fit_exit_code(cli, run, cut) == 143
     assert json.loads(report.read_text()) == {"batches_after_signal": 1}  # not the rest of the pass
-    assert last(run)["global_step"] == 16  # the training step boundary before the validation
+    assert last_checkpoint(run)["global_step"] == 16  # the training step boundary before the validation
     # Another seed: a run that silently started over could not match.
-    assert fit(cli, run, "--ckpt_path=last", "--seed_everything=7") == 0
+    assert fit_exit_code(cli, run, "--ckpt_path=last", "--seed_everything=7") == 0
     assert_same_training(run, straight)
     best, expected_best = (torch.load(r / "checkpoints/best.ckpt", weights_only=True) for r in (run, straight))
     assert best["global_step"] == expected_best["global_step"]
@@ -94,16 +80,18 @@ def test_ctrl_c_saves_at_a_step_boundary_exits_130_and_resumes_exactly(
 ) -> None:
     run = tmp_path / "runs" / "fixture" / "interrupted"
     # Ctrl-C while the last batch of epoch 0 runs: its step completes, the validation that follows is not run.
-    assert fit(cli, run, fault("SignalAtStep", step=15, signum=int(signal.SIGINT), hook="start")) == 130
-    assert last(run)["global_step"] == 16
-    assert fit(cli, run, "--ckpt_path=last", "--seed_everything=7") == 0
+    assert fit_exit_code(cli, run, fault("SignalAtStep", step=15, signum=int(signal.SIGINT), hook="start")) == 130
+    assert last_checkpoint(run)["global_step"] == 16
+    assert fit_exit_code(cli, run, "--ckpt_path=last", "--seed_everything=7") == 0
     assert_same_training(run, straight)
     assert statuses(run) == ["interrupted", "finished"]
 
 
 def test_second_ctrl_c_stops_at_once(cli: ModuleType, tmp_path: Path) -> None:
     run = tmp_path / "runs" / "fixture" / "twice"
-    assert fit(cli, run, fault("SignalAtStep", step=3, signum=int(signal.SIGINT), hook="start", repeat=2)) == 130
+    assert (
+        fit_exit_code(cli, run, fault("SignalAtStep", step=3, signum=int(signal.SIGINT), hook="start", repeat=2)) == 130
+    )
     assert not (run / "checkpoints" / "last.ckpt").exists()  # stopped inside the step: nothing whole to save
     assert statuses(run) == ["interrupted"]
 
