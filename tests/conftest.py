@@ -61,6 +61,14 @@ def cruft(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run(cwd, sys.executable, "-m", "cruft", *args)
 
 
+def cruft_create(template: Path, output_dir: Path, answers: dict[str, str]) -> None:
+    """Bakes ``template`` into ``output_dir`` with ``cruft create`` and ``answers``; fails the test if cruft fails."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    created = cruft(output_dir, "create", str(template), "--no-input", "--output-dir", str(output_dir),
+                    "--extra-context", json.dumps(answers))  # fmt: skip
+    assert created.returncode == 0, created.stderr
+
+
 def edit(path: Path, old: str, new: str) -> None:
     """Replaces ``old``, which ``path`` holds exactly once, with ``new``."""
     text = path.read_text(encoding="utf-8")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SMOKE_TESTS, assert_tests_pass, copy_template, cruft, edit, git, install
+from conftest import SMOKE_TESTS, assert_tests_pass, copy_template, cruft, cruft_create, edit, git, install
 
 # A combination of answers whose generated suite runs nowhere else (see test_matrix.py).
 ANSWERS = {"project_name": "Cruft Follower", "license": "Proprietary", "python_version": "3.13"}
@@ -26,17 +26,7 @@ def template(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_cruft_update_brings_a_template_change_into_an_edited_project(template: Path, tmp_path: Path) -> None:
-    created = cruft(
-        tmp_path,
-        "create",
-        str(template),
-        "--no-input",
-        "--output-dir",
-        str(tmp_path / "projects"),
-        "--extra-context",
-        json.dumps(ANSWERS),
-    )
-    assert created.returncode == 0, created.stderr
+    cruft_create(template, tmp_path / "projects", ANSWERS)
     project = tmp_path / "projects" / "cruft-follower"
     assert json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]["license"] == "Proprietary"
     git(project, "init", "--quiet", "--initial-branch=main")

@@ -8,7 +8,6 @@ moves, presets changed and one added, and the default run's epochs, learning rat
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import sys
@@ -16,7 +15,19 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, SMOKE_TESTS, TEMPLATE_FILES, assert_tests_pass, copy_template, cruft, edit, git, install, run
+from conftest import (
+    ROOT,
+    SMOKE_TESTS,
+    TEMPLATE_FILES,
+    assert_tests_pass,
+    copy_template,
+    cruft,
+    cruft_create,
+    edit,
+    git,
+    install,
+    run,
+)
 from cookiecutter.main import cookiecutter
 
 BEFORE = "02f50aed7af812a199c69bcb0aabf2e5acb6244b"  # the parent of 7212c33, which began the move
@@ -189,17 +200,7 @@ def expected_files(fresh: Path) -> dict[str, bytes]:
 def test_a_project_from_before_the_regrouping_takes_it_with_cruft_update(tmp_path: Path) -> None:
     template = tmp_path / "template"
     template_before(template)
-    created = cruft(
-        tmp_path,
-        "create",
-        str(template),
-        "--no-input",
-        "--output-dir",
-        str(tmp_path),
-        "--extra-context",
-        json.dumps(ANSWERS),
-    )
-    assert created.returncode == 0, created.stderr
+    cruft_create(template, tmp_path, ANSWERS)
     project = tmp_path / PROJECT
     assert {name for name in GONE if (project / name).exists()} == set(GONE)  # the layout before
     git(project, "init", "--quiet", "--initial-branch=main")
