@@ -52,7 +52,7 @@ def hand_loop(side: Side, built: Any, run_dir: Path, steps: int, resumable: bool
     data.setup("fit")
     optimizer = model.optimizer_factory(network.parameters())
     build_schedule = project("kit.parts.optimization").build_schedule  # the run length by keyword, as in fit
-    scheduler = build_schedule(model.scheduler_factory, optimizer, steps) if model.scheduler_factory else None
+    scheduler = build_schedule(model.scheduler_factory, optimizer, lambda: steps) if model.scheduler_factory else None
     writer = SummaryWriter(str(run_dir))
 
     # Lightning's sanity check: two validation batches before training, in an isolated RNG.

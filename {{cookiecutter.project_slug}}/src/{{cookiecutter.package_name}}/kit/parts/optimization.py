@@ -60,8 +60,8 @@ def configure_optimization(
         built = with_fast_step(built, fused=not clips_mixed)
     if scheduler is None:
         return built
-    length = module.trainer.estimated_stepping_batches if takes_run_length(scheduler) else None
-    schedule = build_schedule(scheduler, built, length)
+    # Read only for a schedule that takes it: it loads the train loader early (lightning#20550).
+    schedule = build_schedule(scheduler, built, lambda: module.trainer.estimated_stepping_batches)
     plateau = isinstance(schedule, ReduceLROnPlateau)
     config: dict[str, Any] = {"scheduler": schedule, "interval": interval or ("epoch" if plateau else "step")}
     if plateau:
@@ -69,10 +69,11 @@ def configure_optimization(
     return {"optimizer": built, "lr_scheduler": config}
 
 
-def build_schedule(scheduler: LRSchedulerCallable, optimizer: Optimizer, total_steps: float | None) -> Any:
-    """``scheduler(optimizer)``, with ``total_steps`` by keyword when it declares the run's length."""
-    if total_steps is None or not takes_run_length(scheduler):
+def build_schedule(scheduler: LRSchedulerCallable, optimizer: Optimizer, run_length: Callable[[], float]) -> Any:
+    """``scheduler(optimizer)``, with ``total_steps=run_length()`` by keyword when it declares the run's length."""
+    if not takes_run_length(scheduler):
         return scheduler(optimizer)
+    total_steps = run_length()
     steps = int(total_steps) if math.isfinite(total_steps) else total_steps  # inf: the schedule says what it needs
     return scheduler(optimizer, **{RUN_LENGTH: steps})  # type: ignore[call-arg]
 
@@ -115,6 +116,6 @@ def check_optimization(optimizer: OptimizerCallable, scheduler: LRSchedulerCalla
     if scheduler is None:
         return
     try:
-        build_schedule(scheduler, probe, 2**31)
+        build_schedule(scheduler, probe, lambda: 2**31)
     except ValueError as error:
         raise ValueError(f"scheduler: {error}") from None
