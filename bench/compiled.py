@@ -1,6 +1,6 @@
 """Compiled against eager: the configured Transformer's training step, compile time cold and warm, recompilations.
 
-The compiled variant is what ``configs/model/compile.yaml`` gives ``fit``: the network compiled in place
+The compiled variant is what ``configs/example/compile.yaml`` gives ``fit``: the network compiled in place
 (``nn.Module.compile``) and the optimizer rebuilt with a fused step (the kit's ``with_fast_step``). The
 eager side is the configured run as it is (on a CPU, PyTorch's AdamW loops over the parameters in Python).
 
@@ -42,7 +42,7 @@ def worker(steps: int = 30, backend: str = "inductor", profile_steps: int = 0) -
         profile_steps: Profile this many steps of each side afterwards and print the tables (0: none).
     """
     with tempfile.TemporaryDirectory() as run_dir:
-        built = build(Path(run_dir), presets=("model/transformer",))
+        built = build(Path(run_dir), presets=("example/transformer",))
     data, factory = built.datamodule, built.model.optimizer_factory
     eager = built.model.network
     compiled = copy.deepcopy(eager)  # the same weights

@@ -27,7 +27,7 @@ def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple
     run_dir = Path(tempfile.mkdtemp(prefix=f"ddp{devices}-", dir=workdir))
     record = run_dir / "steps.json"
     args = [
-        *config_flags("model/transformer", *presets),
+        *config_flags("example/transformer", *presets),
         "--trainer.accelerator=cpu",
         f"--trainer.devices={devices}",
         f"--trainer.strategy={'ddp' if devices > 1 else 'auto'}",

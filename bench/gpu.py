@@ -50,7 +50,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
         return [Row("CUDA Transformer, bf16 + compile", "eager", float("nan"), "compiled", float("nan"), "tokens/s",
                     note="skipped: no CUDA device")]  # fmt: skip
     with tempfile.TemporaryDirectory() as run_dir:
-        built = build(Path(run_dir), presets=("model/transformer",))
+        built = build(Path(run_dir), presets=("example/transformer",))
     data, configured = built.datamodule, built.model.network
     networks = project("task.networks")
     sizes = {"configured": configured}

@@ -98,8 +98,8 @@ def test_makefile_commands_use_the_package_and_existing_files(baked: Baked) -> N
             assert (project / path).is_file(), f"make {target} uses missing {path}"
     debug = make(project, "--dry-run", "debug").stdout
     assert f"{sys.executable} -m tool_check fit -c configs/debug/tiny.yaml" in debug
-    train = make(project, "--dry-run", "train", "CONFIG=configs/model/transformer.yaml").stdout
-    assert f"{sys.executable} -m tool_check fit -c configs/model/transformer.yaml" in train
+    train = make(project, "--dry-run", "train", "CONFIG=configs/example/transformer.yaml").stdout
+    assert f"{sys.executable} -m tool_check fit -c configs/example/transformer.yaml" in train
     predict = make(project, "--dry-run", "predict", "INPUTS=inputs/").stdout
     assert "-c configs/predict/writer.yaml --ckpt_path best" in predict
     assert "--data.init_args.predict_path inputs/" in predict

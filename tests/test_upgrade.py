@@ -44,7 +44,7 @@ KEPT = [
         "        patience: 3\n",
         "        patience: 5\n",
     ),
-    ("configs/model/transformer.yaml", "configs/model/transformer.yaml", "        depth: 3\n", "        depth: 4\n"),
+    ("configs/model/transformer.yaml", "configs/example/transformer.yaml", "        depth: 3\n", "        depth: 4\n"),
     (  # a file the template changes elsewhere
         f"{TASK}/classifier.py",
         f"{TASK}/classifier.py",
@@ -113,7 +113,7 @@ def test_tiny_mlp_gives_a_logit_per_class() -> None:
 ''',
 }
 # The project's own tests after the update: the smoke slice, the team's test, and the edited presets built alone.
-PRESETS = ("default", "example/model", "example/data", "team/mlp", "training/early_stopping", "model/transformer")
+PRESETS = ("default", "example/model", "example/data", "team/mlp", "training/early_stopping", "example/transformer")
 PROJECT_TESTS = (
     *SMOKE_TESTS,
     "tests/task/test_team.py",

@@ -42,7 +42,7 @@ def example_keys(preset: str) -> list[str]:
 def test_a_preset_that_sets_the_examples_arguments_says_so() -> None:
     assert {"debug/limit_batches", "precision/bf16", "training/accumulate", "training/ema"} <= set(AGNOSTIC)
     assert [name for name in AGNOSTIC if example_keys(name)] == []
-    assert {"debug/tiny", "model/transformer", "training/warmup_restarts"}.isdisjoint(AGNOSTIC)
+    assert {"debug/tiny", "example/transformer", "example/warmup_restarts"}.isdisjoint(AGNOSTIC)
 
 
 @pytest.mark.parametrize("task", ["fixture", "BoringModel"])

@@ -46,7 +46,7 @@ def max_difference(a: dict[str, Tensor], b: dict[str, Tensor]) -> float:
     return max(float((a[name] - b[name]).abs().max()) for name in a)
 
 
-@pytest.mark.parametrize("presets", [("model/transformer",), ("model/groupnorm",)], ids="+".join)
+@pytest.mark.parametrize("presets", [("example/transformer",), ("example/groupnorm",)], ids="+".join)
 def test_accumulated_micro_batches_equal_one_large_batch(
     run_cli: Callable[..., object], presets: tuple[str, ...]
 ) -> None:

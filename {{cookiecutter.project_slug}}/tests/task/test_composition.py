@@ -13,24 +13,24 @@ import yaml
 from support import CONFIGS, PACKAGE, launch, run_dir_flags
 
 COMPOSED = (
-    "model/transformer",
+    "example/transformer",
     "precision/bf16",
     "training/accumulate",
     "training/clip_norm",
-    "training/warmup_restarts",
-    "model/compile",
+    "example/warmup_restarts",
+    "example/compile",
     "distributed/ddp",
 )
 STACKS = [
     COMPOSED,
     (
-        "model/groupnorm",
+        "example/groupnorm",
         "training/accumulate",
         "training/clip_value",
-        "model/activation_checkpointing",
+        "example/activation_checkpointing",
         "training/deterministic",
     ),
-    ("debug/tiny", "debug/overfit", "debug/detect_anomaly"),
+    ("debug/tiny", "example/overfit", "debug/detect_anomaly"),
     ("debug/limit_batches", "precision/fp16", "debug/fast_dev_run"),
 ]
 

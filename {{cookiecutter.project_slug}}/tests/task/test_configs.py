@@ -22,7 +22,7 @@ def build(cli: ModuleType, *names: str, extra: tuple[str, ...] = ()) -> object:
 
 
 def test_presets_are_found_in_their_folders() -> None:
-    assert {"default", "debug/tiny", "model/transformer", "precision/bf16", "distributed/ddp"} <= set(PRESETS)
+    assert {"default", "debug/tiny", "example/transformer", "precision/bf16", "distributed/ddp"} <= set(PRESETS)
 
 
 def test_a_preset_left_unfilled_names_the_missing_key(

@@ -18,7 +18,7 @@ def test_fast_dev_run_takes_one_batch_and_writes_nothing(run_cli: Callable[..., 
 
 @pytest.mark.slow  # 50 short epochs
 def test_overfit_drives_the_training_loss_to_zero(run_cli: Callable[..., object]) -> None:
-    built = run_cli("fit", presets=("debug/tiny", "debug/overfit"))
+    built = run_cli("fit", presets=("debug/tiny", "example/overfit"))
     assert built.trainer.num_training_batches == 2
     epoch_losses = [value for _, value in probes.read_scalars(built.trainer.log_dir)["train/loss_epoch"]]
     assert len(epoch_losses) == 50

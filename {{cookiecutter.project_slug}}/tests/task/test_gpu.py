@@ -52,7 +52,7 @@ def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..
     before = probes.graphs_compiled()
     built = run_cli(
         "fit", *ON_GPU, *SMALL_TRANSFORMER, "--trainer.callbacks+=probes.GraphCounter",
-        presets=("debug/tiny", "model/transformer", "model/compile", "precision/bf16"),
+        presets=("debug/tiny", "example/transformer", "example/compile", "precision/bf16"),
     )  # fmt: skip
     (optimizer,) = built.trainer.optimizers
     assert optimizer.defaults["fused"] is True

@@ -55,7 +55,7 @@ def test_training_samples_are_augmented_on_every_read_from_the_global_rng(gratin
 def test_evaluation_samples_and_unaugmented_training_samples_are_fixed(gratings: ModuleType) -> None:
     val = make(gratings).datasets["val"]
     assert torch.equal(val[3][0], val[3][0])
-    train = make(gratings, augment=False).datasets["train"]  # configs/debug/overfit.yaml
+    train = make(gratings, augment=False).datasets["train"]  # configs/example/overfit.yaml
     assert torch.equal(train[3][0], train[3][0])
 
 

@@ -21,7 +21,7 @@ TRAINING_PRESETS = sorted(
     if path.parent != CONFIGS and path.parent.name not in {"predict", "search", "data"}
 )
 SKIP = {  # distributed/fsdp needs CUDA GPUs: marked `gpu`
-    "model/compile": "compiles for ~25 s cold on a CPU: test_compile.py fits it (stacked on the transformer)",
+    "example/compile": "compiles for ~25 s cold on a CPU: test_compile.py fits it (stacked on the transformer)",
 }
 FEW_STEPS = [  # two steps and a validation: what an epoch does, in brief
     "--trainer.max_epochs=1",
@@ -35,14 +35,14 @@ SMALL_GRATINGS = [f"--data.init_args.{key}={value}" for key, value in {"train_si
 
 
 def test_training_presets_are_found() -> None:
-    assert {"debug/tiny", "model/transformer", "precision/bf16", "training/accumulate"} <= set(TRAINING_PRESETS)
+    assert {"debug/tiny", "example/transformer", "precision/bf16", "training/accumulate"} <= set(TRAINING_PRESETS)
 
 
 @pytest.mark.parametrize(
     "preset", [pytest.param(p, marks=pytest.mark.gpu) if p == "distributed/fsdp" else p for p in TRAINING_PRESETS]
 )
 def test_preset_alone_fits(cli: ModuleType, in_tmp: Path, preset: str) -> None:
-    if preset == "model/compile":
+    if preset == "example/compile":
         pytest.skip(SKIP[preset])
     needs_extras(preset)
     fitted = cli.build_cli(["fit", f"--config={CONFIGS / preset}.yaml", *FEW_STEPS, *SMALL_GRATINGS])

@@ -121,7 +121,7 @@ class GratingsDataModule(pl.LightningDataModule):
             noise: Standard deviation of the Gaussian pixel noise; the grating's amplitude is <= 1.
             max_shift: Largest random translation, in pixels, applied to training samples.
             augment: Training samples get a random shift and fresh noise on every read; ``false`` gives them
-                fixed noise and no shift, as evaluation samples have (``configs/debug/overfit.yaml``).
+                fixed noise and no shift, as evaluation samples have (``configs/example/overfit.yaml``).
             seed: Seed of the data itself, independent of the training seed.
             data_dir: Where ``prepare_data`` caches the rendered splits; ``None`` renders in memory
                 in every process (deterministic, so all ranks agree).

@@ -1,7 +1,7 @@
 """What a resume may change: the Trainer and how the run is watched, not what its checkpoint holds.
 
 ``fit --ckpt_path last`` continues a run with the model its checkpoint holds. A command that asks for another
-model (another class, another argument: ``-c configs/model/transformer.yaml`` on a ConvNet run, ``--model.dropout``)
+model (another class, another argument: ``-c configs/example/transformer.yaml`` on a ConvNet run, ``--model.dropout``)
 or another data class is refused, naming the keys, before anything is written: LightningCLI would silently build
 the checkpoint's model instead, or load weights into a model they were not trained in. Everything else may change
 (``trainer.max_epochs``, ``limit_*_batches``, ``log_every_n_steps``, callbacks such as early stopping and their
