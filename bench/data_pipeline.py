@@ -52,7 +52,7 @@ class Preloaded(pl.LightningDataModule):
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 6 if tiny else 60
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     built = build(workdir, presets=presets)
     workers = built.datamodule.resolved_num_workers()
     rows, threads = [], torch.get_num_threads()

@@ -65,7 +65,7 @@ def seam_alone_ms(batches: int, batch_size: int, repeats: int) -> list[float]:
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     datamodule = build(workdir, presets=presets).datamodule
     rows, step_ms = [], 0.0
     for workers in dict.fromkeys((0, datamodule.resolved_num_workers())):

@@ -54,7 +54,7 @@ def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 4 if tiny else 30
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     batch = 32 if tiny else 128
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for repeat in range(min(repeats, 3)):  # each DDP start costs seconds

@@ -182,7 +182,7 @@ def fixed_costs(workdir: Path, steps: int, repeats: int, presets: tuple[str, ...
 
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     # tiny: its preset logs every step; a repeat is 2 steps. Full: 3 logging periods (30 steps) a repeat.
     repeat_periods, warmup = (2, 2) if tiny else (3, 10)
     tiny_flags = ("--trainer.limit_train_batches=1.0",) if tiny else ()  # the loop covers one epoch only
@@ -192,7 +192,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     default_periods = 2 * repeat_periods
     steps = warmup + n_default * default_periods * period
     # Enough samples for one epoch of `steps` batches: validation and epoch ends stay out of the steps.
-    size = (f"--data.init_args.train_size={steps * (32 if tiny else 128)}",)  # debug/tiny's batches are 32
+    size = (f"--data.init_args.train_size={steps * (32 if tiny else 128)}",)  # example/small_data's batches are 32
     flags = (*tiny_flags, *size)
     default = compare(workdir, ("fit", "loop"), steps, warmup, default_periods, *flags, presets=presets)
     empty_steps = warmup + n_empty * repeat_periods * period

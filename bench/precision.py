@@ -13,7 +13,7 @@ from common import Row, best_median_ms, median_ratios, steady, timed_fit
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 6 if tiny else 40
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     durations: dict[str, list[list[float]]] = {"32-true": [], "bf16-mixed": []}
     for repeat in range(repeats):
         for precision in list(durations) if repeat % 2 == 0 else list(durations)[::-1]:

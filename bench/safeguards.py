@@ -107,7 +107,7 @@ def weights_check_us(workdir: Path, presets: tuple[str, ...], calls: int) -> flo
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug/tiny",) if tiny else ()
+    presets = ("debug/tiny", "example/small_data") if tiny else ()
     durations: dict[bool, list[list[float]]] = {True: [], False: []}
     last = Path()
     for repeat in range(repeats):

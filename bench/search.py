@@ -26,7 +26,7 @@ from common import CONFIGS, PACKAGE, Row, run_dir_flags
 from common import report as bench_report
 from jsonargparse import CLI
 
-TINY = ["--config=" + str(CONFIGS / "debug" / "tiny.yaml"), "--run.experiment=default"]
+TINY = ["--config=" + str(CONFIGS / "debug" / "tiny.yaml"), "--config=" + str(CONFIGS / "example" / "small_data.yaml"), "--run.experiment=default"]
 NO_PRUNING = "--pruner=optuna.pruners.NopPruner"
 
 

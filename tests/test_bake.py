@@ -34,6 +34,7 @@ EXPECTED_FILES = {
     "configs/example/groupnorm.yaml",
     "configs/example/model.yaml",
     "configs/example/overfit.yaml",
+    "configs/example/small_data.yaml",
     "configs/example/transformer.yaml",
     "configs/example/warmup_restarts.yaml",
     "configs/logger/csv.yaml",

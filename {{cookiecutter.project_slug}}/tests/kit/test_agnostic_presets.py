@@ -1,8 +1,8 @@
-"""The presets that do not say they fit the example fit any task: the kit's fixture task, and Lightning's BoringModel.
+"""The presets outside ``configs/example/`` fit any task: the kit's fixture task, and Lightning's BoringModel.
 
-A preset that sets arguments of the example's classes says so on its first line (``# Fits the example task``);
-``tests/task/test_presets_run.py`` runs every preset on the example. Here the others run, a few steps each, on
-code that is not the example's, so a team that replaces the example keeps them.
+A preset that sets arguments of the example's classes lives in ``configs/example/``; ``tests/task/test_presets_run.py``
+runs every preset on the example. Here the others run, a few steps each, on code that is not the example's, so a
+team that replaces the example keeps them.
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ import yaml
 from support import ROOT, TESTS, refused, submodule
 
 CONFIGS = ROOT / "configs"
-EXAMPLE_MARK = "# Fits the example task"
 OWN_TESTS = {"distributed", "logger", "data", "predict", "search", "example"}  # other processes, extras, data, tests
-PRESETS = sorted(
+AGNOSTIC = sorted(  # the folders with tests of their own aside
     str(path.relative_to(CONFIGS).with_suffix(""))
     for path in CONFIGS.rglob("*.yaml")
     if path.parent != CONFIGS and path.relative_to(CONFIGS).parts[0] not in OWN_TESTS
 )
-AGNOSTIC = [name for name in PRESETS if not (CONFIGS / f"{name}.yaml").read_text().startswith(EXAMPLE_MARK)]
 FEW_STEPS = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]
 REFUSED = {
     ("training/early_stopping", "BoringModel"): "trainer.callbacks: EarlyStoppingOnBest.setup (early_stopping.py:60):"
@@ -39,10 +37,11 @@ def example_keys(preset: str) -> list[str]:
     return [f"{key}.init_args" for key in ("model", "data") if "init_args" in (config.get(key) or {})]
 
 
-def test_a_preset_that_sets_the_examples_arguments_says_so() -> None:
-    assert {"debug/limit_batches", "precision/bf16", "training/accumulate", "training/ema"} <= set(AGNOSTIC)
+def test_only_presets_in_configs_example_set_the_examples_arguments() -> None:
+    assert {"debug/tiny", "debug/limit_batches", "precision/bf16", "training/accumulate"} <= set(AGNOSTIC)
     assert [name for name in AGNOSTIC if example_keys(name)] == []
-    assert {"debug/tiny", "example/transformer", "example/warmup_restarts"}.isdisjoint(AGNOSTIC)
+    bound = [path.stem for path in (CONFIGS / "example").glob("*.yaml") if example_keys(f"example/{path.stem}")]
+    assert {"model", "transformer", "warmup_restarts", "overfit", "small_data"} <= set(bound)
 
 
 @pytest.mark.parametrize("task", ["fixture", "BoringModel"])

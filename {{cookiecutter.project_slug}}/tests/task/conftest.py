@@ -71,7 +71,7 @@ def cli() -> ModuleType:
 def run_cli(cli: ModuleType, in_tmp: Path) -> Callable[..., object]:
     """Runs the CLI in this process on ``configs/default.yaml`` (always loaded) plus presets, and returns it."""
 
-    def run(*args: str, presets: tuple[str, ...] = ("debug/tiny",)) -> object:
+    def run(*args: str, presets: tuple[str, ...] = ("debug/tiny", "example/small_data")) -> object:
         subcommand, *rest = args
         return cli.build_cli([subcommand, *config_flags(*presets), "--trainer.enable_progress_bar=false", *rest])
 

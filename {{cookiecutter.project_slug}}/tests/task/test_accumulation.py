@@ -33,7 +33,7 @@ def one_step(run_cli: Callable[..., object], presets: tuple[str, ...], batch_siz
         # would draw different noise for the same sample.
         "--data.init_args.augment=false",
         "--trainer.callbacks+=probes.InitialWeights",
-        presets=("debug/tiny", *presets),
+        presets=("debug/tiny", "example/small_data", *presets),
     )
     assert built.trainer.global_step == 1
     assert built.trainer.fit_loop.epoch_loop.batch_progress.total.completed == accumulate

@@ -29,7 +29,13 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 "fit",
                 *[
                     f"--config={CONFIGS / name}.yaml"
-                    for name in ("default", "debug/tiny", "example/transformer", "example/compile")
+                    for name in (
+                        "default",
+                        "debug/tiny",
+                        "example/small_data",
+                        "example/transformer",
+                        "example/compile",
+                    )
                 ],
                 *[f"--model.network.init_args.{key}={value}" for key, value in NETWORK.items()],
                 f"--trainer.max_epochs={EPOCHS}",

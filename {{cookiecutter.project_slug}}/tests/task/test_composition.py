@@ -30,7 +30,7 @@ STACKS = [
         "example/activation_checkpointing",
         "training/deterministic",
     ),
-    ("debug/tiny", "example/overfit", "debug/detect_anomaly"),
+    ("debug/tiny", "example/small_data", "example/overfit", "debug/detect_anomaly"),
     ("debug/limit_batches", "precision/fp16", "debug/fast_dev_run"),
 ]
 
@@ -68,7 +68,7 @@ def test_print_config_of_a_stack_reparses_to_itself(
 def test_all_training_presets_at_once_with_ddp_then_resume(tmp_path: Path) -> None:
     """bf16 + accumulation + clipping + warmup-cosine with restarts + compile + 2-process DDP, then resume."""
     run = tmp_path / "runs/composed"
-    presets = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny", *COMPOSED)]
+    presets = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny", "example/small_data", *COMPOSED)]
     result = launch(
         PACKAGE,
         "fit",

@@ -9,6 +9,8 @@ from types import ModuleType
 import pytest
 from support import CONFIGS, refused
 
+SMALL_DEBUG = [f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "example/small_data")]
+
 
 @pytest.mark.parametrize(
     ("flag", "expected"),
@@ -37,7 +39,7 @@ from support import CONFIGS, refused
 def test_a_refused_constructor_value_is_one_line(
     cli: ModuleType, capsys: pytest.CaptureFixture[str], in_tmp: Path, flag: str, expected: list[str]
 ) -> None:
-    line = refused(capsys, lambda: cli.build_cli([f"--config={CONFIGS / 'debug/tiny.yaml'}", flag], run=False))
+    line = refused(capsys, lambda: cli.build_cli([*SMALL_DEBUG, flag], run=False))
     assert all(part in line for part in expected), line
     assert list(in_tmp.iterdir()) == []
 

@@ -21,6 +21,10 @@ def test_lr_find_sets_the_lr_of_the_optimizer_callable(
     value = yaml.safe_load((run / "lr_find.yaml").read_text())["model"]["init_args"]["optimizer"]["init_args"]["lr"]
     assert f"suggested {key}: {value:g} (configured: 0.003)" in capsys.readouterr().out
     # Stacked on the configs it ran with, the preset sets the LR of the optimizer the model builds.
-    flags = [f"--config={CONFIGS / 'debug/tiny.yaml'}", f"--config={run / 'lr_find.yaml'}"]
+    flags = [
+        f"--config={CONFIGS / 'debug/tiny.yaml'}",
+        f"--config={CONFIGS / 'example/small_data.yaml'}",
+        f"--config={run / 'lr_find.yaml'}",
+    ]
     model = cli.build_cli(flags, run=False).model
     assert model.optimizer_factory(model.parameters()).param_groups[0]["lr"] == value

@@ -10,7 +10,7 @@ import torch
 import yaml
 from support import PACKAGE
 
-STACK = ("debug/tiny", "example/transformer", "distributed/fsdp")
+STACK = ("debug/tiny", "example/small_data", "example/transformer", "distributed/fsdp")
 
 
 def test_fsdp_preset_parses(run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str]) -> None:

@@ -70,7 +70,12 @@ def test_bad_data_exits_1_with_one_error_line(gratings: ModuleType, tmp_path: Pa
     _nan_pixel(cached["images"], cached["labels"])
     torch.save(cached, path)
     done = launch(
-        PACKAGE, "fit", f"--config={CONFIGS / 'debug/tiny.yaml'}", f"--data.init_args.data_dir={cache}", cwd=tmp_path
+        PACKAGE,
+        "fit",
+        f"--config={CONFIGS / 'debug/tiny.yaml'}",
+        f"--config={CONFIGS / 'example/small_data.yaml'}",
+        f"--data.init_args.data_dir={cache}",
+        cwd=tmp_path,
     )
     assert done.returncode == 1
     assert done.stdout.rstrip().splitlines()[-1] == "error: train sample 17: contains NaN or Inf values"

@@ -15,7 +15,12 @@ from support import CONFIGS
 
 def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dtype, *flags: str) -> object:
     """Fits with ``preset``: the network computes in ``logits`` dtype, weights and checkpoint stay float32."""
-    built = run_cli("fit", "--trainer.callbacks+=probes.OutputDtypeRecorder", *flags, presets=("debug/tiny", preset))
+    built = run_cli(
+        "fit",
+        "--trainer.callbacks+=probes.OutputDtypeRecorder",
+        *flags,
+        presets=("debug/tiny", "example/small_data", preset),
+    )
     assert probes.find(built.trainer, probes.OutputDtypeRecorder).dtypes == {logits}
     assert torch.isfinite(built.trainer.callback_metrics["train/loss_epoch"])
     state = torch.load(Path(built.trainer.log_dir, "checkpoints/last.ckpt"), weights_only=True)["state_dict"]
