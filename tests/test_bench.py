@@ -43,3 +43,16 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
     assert "losses over 6 steps: identical" in table  # fit and the hand-written loop compute the same thing
     assert "same weights | yes" in table  # two DDP processes end where one process does
     assert "Machine: " in table
+
+
+@pytest.mark.slow
+def test_overhead_profile_lists_where_fit_spends_more_than_the_loop(
+    installed: Callable[..., Path], tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
+    args = [sys.executable, str(ROOT / "bench" / "overhead_profile.py"), "--short=2", "--long=4", "--rows=40"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| +") or line.startswith("| -")]
+    assert len(rows) == 40
+    assert any("lightning/pytorch/" in row for row in rows)  # Lightning's per-step calls are where fit spends more
