@@ -26,7 +26,10 @@ from common import CONFIGS, PACKAGE, Row, run_dir_flags
 from common import report as bench_report
 from jsonargparse import CLI
 
-TINY = ["--config=" + str(CONFIGS / "debug" / "tiny.yaml"), "--config=" + str(CONFIGS / "example" / "small_data.yaml"), "--run.experiment=default"]
+TINY = [
+    *(f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "example/small_data")),
+    "--run.experiment=default",
+]
 NO_PRUNING = "--pruner=optuna.pruners.NopPruner"
 
 

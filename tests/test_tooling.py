@@ -110,6 +110,13 @@ def test_make_lint_passes_on_a_fresh_project(baked: Baked) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_template_repository_is_ruff_clean() -> None:
+    """Its own code (bench/, scripts/, hooks/, tests/): what `make lint` checks here, which `make test` must hold."""
+    for args in (["check", "."], ["format", "--check", "."]):
+        result = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
     project = baked()
     config = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())
