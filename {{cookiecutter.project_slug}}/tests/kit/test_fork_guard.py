@@ -85,6 +85,22 @@ def test_forks_under_the_race_do_not_hang_with_the_guard() -> None:
     assert stress(1000, "guarded", str(GUARD)) == ["1000 forks, none hung", "in a forked child: 250 forks, none hung"]
 
 
+@pytest.mark.skipif(not NEEDS_GUARD, reason=HAS_THE_FIX)
+def test_a_fork_that_c_code_calls_from_a_native_thread_passes_by() -> None:
+    # The native thread has no thread state: the fork handlers' callbacks get one, and delete it at their end.
+    script = f"""
+import ctypes, importlib.util, os
+spec = importlib.util.spec_from_file_location("fork_guard", {str(GUARD)!r})
+spec.loader.exec_module(importlib.util.module_from_spec(spec))
+libc, tid = ctypes.CDLL(None), ctypes.c_ulong()
+libc.pthread_create(ctypes.byref(tid), None, ctypes.cast(libc.fork, ctypes.c_void_p), None)
+libc.pthread_join(tid, None)  # the child is that thread's copy: it ends when the thread does
+print("child exited:", os.WIFEXITED(os.waitpid(-1, 0)[1]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "child exited: True\n", done.stderr
+
+
 @pytest.mark.faults
 @pytest.mark.skipif(not NEEDS_GUARD, reason=HAS_THE_FIX)
 def test_without_the_guard_the_same_forks_hang() -> None:

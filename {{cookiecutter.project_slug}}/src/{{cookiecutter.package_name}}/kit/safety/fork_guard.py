@@ -7,7 +7,8 @@ touch a Python object: gloo's threads do so after every DDP collective, to drop 
 DDP, a DataLoader worker could hang as it started, and the run with it (measured: 1 of 72 two-process fault-matrix
 cells). CPython's own fix is not available on those Pythons; ``install()`` holds the lock across every ``fork()``
 instead, from C's fork handlers (after Python's own, right around the system call), and releases it in the parent
-and in the child. On Pythons with the fix it installs nothing.
+and in the child, for every ``os.fork()`` (a ``fork()`` that C code calls passes by). On Pythons with the fix it
+installs nothing.
 
 It reads a CPython internal: where the lock lies in ``_PyRuntime``, per minor version (``MUTEX_OFFSET``, checked
 with gdb against 3.10.13 and 3.11.7); tests/kit/test_fork_guard.py forks under the race with the guard. Delete this
@@ -25,7 +26,7 @@ MUTEX_OFFSET = {(3, 10): 24, (3, 11): 32}  # offsetof(_PyRuntimeState, interpret
 FIXED_IN = {(3, 10): 15, (3, 11): 10}  # the first patch release of each minor version with CPython's fix
 
 _handlers: list[ctypes._CFuncPtr] = []  # kept alive: C holds pointers to them
-_lock = ctypes.c_void_p()  # the lock's address, read again in each child: a child of a fork gets a new lock
+_lock = ctypes.c_void_p()  # what the handlers take: the thread-list lock during os.fork(), else a lock of our own
 
 
 def needs_guard(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> bool:
@@ -44,9 +45,17 @@ def install() -> bool:
     if _handlers or not needs_guard() or sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
         return installed()
     runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
-    slot = ctypes.c_void_p.from_address(runtime + MUTEX_OFFSET[sys.version_info[:2]])
-    _lock.value = slot.value
-    os.register_at_fork(after_in_child=lambda: setattr(_lock, "value", slot.value))
+    slot = ctypes.c_void_p.from_address(runtime + MUTEX_OFFSET[sys.version_info[:2]])  # read at each fork
+    own = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyThread_allocate_lock", ctypes.pythonapi))()
+    # Armed by os.fork() only (Python's fork hooks run with the GIL held). A fork() called from C by a thread with no
+    # thread state takes a lock of our own instead: its handler ends by deleting the thread state it was given, which
+    # takes the thread-list lock.
+    os.register_at_fork(
+        before=lambda: setattr(_lock, "value", slot.value),
+        after_in_parent=lambda: setattr(_lock, "value", own),
+        after_in_child=lambda: setattr(_lock, "value", own),
+    )
+    _lock.value = own
     # The handlers call C directly (partial objects, no Python bytecode): bytecode could hand the GIL to a thread that
     # then waits for the lock while the handler waits for the GIL. The forking thread holds the GIL, so no thread
     # that holds the GIL can be waiting for the lock when the handler takes it.
