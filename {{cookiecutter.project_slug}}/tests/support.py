@@ -27,6 +27,7 @@ CONFIGS = ROOT / "configs"
 (PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
 
 
+SMALL_RUN = ("debug/tiny", "example/small_data")  # the example in seconds: a few batches of 256 generated images
 PRESET_EXTRAS = {"logger/mlflow": "mlflow", "logger/wandb": "wandb"}
 """Presets whose tracker needs an extra of the project (``pip install -e '.[mlflow]'``): their tests skip without it."""
 
@@ -67,6 +68,11 @@ def launch(
             timeout=timeout,
         )
     return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
+
+
+def config_flags(*presets: str) -> list[str]:
+    """``--config`` flags for presets named by their path under ``configs/`` without ``.yaml`` (``debug/tiny``)."""
+    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in presets]
 
 
 def run_dir_flags(run_dir: Path | str) -> list[str]:

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 from faults import fault
-from support import PACKAGE, TESTS, run_dir_flags
+from support import PACKAGE, TESTS, assert_identical, last_checkpoint, run_dir_flags
 
 pytestmark = pytest.mark.slow
 
@@ -98,22 +97,9 @@ def group_gone_at(pgid: int, deadline: float) -> float:
     raise AssertionError(f"processes of group {pgid} still alive {EXIT_BOUND_S} s after the signal")
 
 
-def last(run: Path) -> dict[str, Any]:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-
-
-def leaves(value: object) -> list[object]:
-    if isinstance(value, dict):
-        return [leaf for key in sorted(value, key=str) for leaf in [key, *leaves(value[key])]]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in leaves(item)]
-    return [value]
-
-
 def assert_same_training(actual: dict[str, Any], expected: dict[str, Any]) -> None:
     for key in EXACT:
-        for a, b in zip(leaves(actual[key]), leaves(expected[key]), strict=True):
-            assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, key
+        assert_identical(actual[key], expected[key], key)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +110,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
         cwd = tmp_path_factory.mktemp(f"straight-{name}")
         run = cwd / "runs" / "fixture" / "straight"
         assert finish(start(cwd, *run_dir_flags(run), *flags), cwd) == 0, (cwd / "out.log").read_text()[-3000:]
-        found[name] = last(run)
+        found[name] = last_checkpoint(run)
         assert found[name]["global_step"] == TOTAL_STEPS[name]
     return found
 
@@ -148,13 +134,13 @@ def test_a_stop_signal_saves_records_exits_and_resumes_exactly(
     assert gone - sent["sent"] <= EXIT_BOUND_S
     assert "Traceback" not in log, log[-4000:]
 
-    stopped = last(run)
+    stopped = last_checkpoint(run)
     assert 0 < stopped["global_step"] < TOTAL_STEPS[processes]
     session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
     assert (session["status"], session["signal"]) == (STATUS[sig], f"SIG{sig}")
 
     resumed = start(tmp_path, *flags, "--ckpt_path=last")
     assert finish(resumed, tmp_path) == 0, (tmp_path / "out.log").read_text()[-4000:]
-    assert_same_training(last(run), straight[processes])
+    assert_same_training(last_checkpoint(run), straight[processes])
     sessions = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
     assert [s["status"] for s in sessions] == [STATUS[sig], "finished"]

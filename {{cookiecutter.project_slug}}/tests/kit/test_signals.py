@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from faults import fault
-from support import fit_exit_code, last_checkpoint, run_dir_flags
+from support import assert_identical, fit_exit_code, last_checkpoint, run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches; 4 validation batches per epoch
@@ -35,16 +35,7 @@ def assert_same_training(run: Path, straight: Path) -> None:
     """The final training state of ``run`` is bit-identical to the uninterrupted run's."""
     resumed, expected = last_checkpoint(run), last_checkpoint(straight)
     for key in EXACT:
-        for a, b in zip(_leaves(resumed[key]), _leaves(expected[key]), strict=True):
-            assert torch.equal(a, b) if isinstance(b, torch.Tensor) else a == b, key
-
-
-def _leaves(value: object) -> list[object]:
-    if isinstance(value, dict):
-        return [leaf for key in sorted(value, key=str) for leaf in [key, *_leaves(value[key])]]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [value]
+        assert_identical(resumed[key], expected[key], key)
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:

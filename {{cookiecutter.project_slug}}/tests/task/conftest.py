@@ -10,12 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from PIL import Image
-from support import CONFIGS, PACKAGE, launch, submodule
-
-
-def config_flags(*presets: str) -> list[str]:
-    """``--config`` flags for presets named by their path under ``configs/`` without ``.yaml`` (``debug/tiny``)."""
-    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in presets]
+from support import PACKAGE, SMALL_RUN, config_flags, launch, submodule
 
 
 def write_image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 16) -> Path:
@@ -71,7 +66,7 @@ def cli() -> ModuleType:
 def run_cli(cli: ModuleType, in_tmp: Path) -> Callable[..., object]:
     """Runs the CLI in this process on ``configs/default.yaml`` (always loaded) plus presets, and returns it."""
 
-    def run(*args: str, presets: tuple[str, ...] = ("debug/tiny", "example/small_data")) -> object:
+    def run(*args: str, presets: tuple[str, ...] = SMALL_RUN) -> object:
         subcommand, *rest = args
         return cli.build_cli([subcommand, *config_flags(*presets), "--trainer.enable_progress_bar=false", *rest])
 

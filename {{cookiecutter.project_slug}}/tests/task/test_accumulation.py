@@ -11,6 +11,7 @@ from collections.abc import Callable
 import probes
 import pytest
 import torch
+from support import SMALL_RUN
 from torch import Tensor
 
 MICRO_BATCH, ACCUMULATE = 8, 4
@@ -33,7 +34,7 @@ def one_step(run_cli: Callable[..., object], presets: tuple[str, ...], batch_siz
         # would draw different noise for the same sample.
         "--data.init_args.augment=false",
         "--trainer.callbacks+=probes.InitialWeights",
-        presets=("debug/tiny", "example/small_data", *presets),
+        presets=(*SMALL_RUN, *presets),
     )
     assert built.trainer.global_step == 1
     assert built.trainer.fit_loop.epoch_loop.batch_progress.total.completed == accumulate

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import probes
 import pytest
 import torch
+from support import SMALL_RUN
 
 STEPS = 8  # debug.yaml: 2 epochs x 4 batches
 
@@ -16,7 +17,7 @@ def test_norm_clipping_caps_the_global_norm_and_logs_the_raw_one(run_cli: Callab
     threshold = 0.05  # far below this model's gradient norms, so every step is clipped
     built = run_cli(
         "fit", f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
-        presets=("debug/tiny", "example/small_data", "training/clip_norm"),
+        presets=(*SMALL_RUN, "training/clip_norm"),
     )  # fmt: skip
     assert built.trainer.gradient_clip_algorithm == "norm"
     recorded = probes.find(built.trainer, probes.GradientRecorder)
@@ -46,7 +47,7 @@ def test_grad_norm_is_computed_only_at_logging_steps_before_clipping(
     monkeypatch.setattr(torch.nn.utils, "get_total_norm", counted)
     built = run_cli(
         "fit", f"--trainer.gradient_clip_val={threshold}", f"--trainer.log_every_n_steps={every}",
-        presets=("debug/tiny", "example/small_data", "training/clip_norm"),
+        presets=(*SMALL_RUN, "training/clip_norm"),
     )  # fmt: skip
     logged = probes.read_scalars(built.trainer.log_dir)
     steps = [step for step, _ in logged["train/grad_norm"]]
@@ -60,7 +61,7 @@ def test_value_clipping_caps_every_element(run_cli: Callable[..., object]) -> No
     threshold = 2.0**-10  # exact in float32, like the gradients
     built = run_cli(
         "fit", f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
-        presets=("debug/tiny", "example/small_data", "training/clip_value"),
+        presets=(*SMALL_RUN, "training/clip_value"),
     )  # fmt: skip
     assert built.trainer.gradient_clip_algorithm == "value"
     recorded = probes.find(built.trainer, probes.GradientRecorder)
@@ -75,5 +76,5 @@ def test_fused_adamw_with_clipping_under_mixed_precision_raises(run_cli: Callabl
         run_cli(
             "fit",
             "--model.optimizer.init_args.fused=true",
-            presets=("debug/tiny", "example/small_data", "precision/bf16", "training/clip_norm"),
+            presets=(*SMALL_RUN, "precision/bf16", "training/clip_norm"),
         )

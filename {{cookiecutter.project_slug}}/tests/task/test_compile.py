@@ -10,7 +10,7 @@ from types import ModuleType
 import probes
 import pytest
 import torch
-from support import CONFIGS
+from support import CONFIGS, SMALL_RUN
 
 pytestmark = pytest.mark.slow  # compiling costs tens of seconds on a CPU
 NETWORK = {"depth": 1, "dim": 32}  # a small transformer: fewer kernels to compile
@@ -31,8 +31,7 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
                     f"--config={CONFIGS / name}.yaml"
                     for name in (
                         "default",
-                        "debug/tiny",
-                        "example/small_data",
+                        *SMALL_RUN,
                         "example/transformer",
                         "example/compile",
                     )

@@ -10,7 +10,7 @@ import probes
 import pytest
 import torch
 import yaml
-from support import CONFIGS, PACKAGE, launch, run_dir_flags
+from support import CONFIGS, PACKAGE, SMALL_RUN, launch, run_dir_flags
 
 COMPOSED = (
     "example/transformer",
@@ -30,7 +30,7 @@ STACKS = [
         "example/activation_checkpointing",
         "training/deterministic",
     ),
-    ("debug/tiny", "example/small_data", "example/overfit", "debug/detect_anomaly"),
+    (*SMALL_RUN, "example/overfit", "debug/detect_anomaly"),
     ("debug/limit_batches", "precision/fp16", "debug/fast_dev_run"),
 ]
 
@@ -68,7 +68,7 @@ def test_print_config_of_a_stack_reparses_to_itself(
 def test_all_training_presets_at_once_with_ddp_then_resume(tmp_path: Path) -> None:
     """bf16 + accumulation + clipping + warmup-cosine with restarts + compile + 2-process DDP, then resume."""
     run = tmp_path / "runs/composed"
-    presets = [f"--config={CONFIGS / name}.yaml" for name in ("default", "debug/tiny", "example/small_data", *COMPOSED)]
+    presets = [f"--config={CONFIGS / name}.yaml" for name in ("default", *SMALL_RUN, *COMPOSED)]
     result = launch(
         PACKAGE,
         "fit",

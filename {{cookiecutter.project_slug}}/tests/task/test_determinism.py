@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 import probes
 import torch
-from support import run_dir_flags
+from support import SMALL_RUN, run_dir_flags
 
 
 def losses(run_cli: Callable[..., object], seed: int, name: str) -> list[float]:
     flags = [f"--seed_everything={seed}", "--trainer.max_epochs=1", *run_dir_flags(f"runs/{name}")]
-    built = run_cli("fit", *flags, presets=("debug/tiny", "example/small_data", "training/deterministic"))
+    built = run_cli("fit", *flags, presets=(*SMALL_RUN, "training/deterministic"))
     assert torch.are_deterministic_algorithms_enabled()
     assert built.trainer.global_step == 4
     return [value for _, value in probes.read_scalars(f"runs/{name}")["train/loss_step"]]

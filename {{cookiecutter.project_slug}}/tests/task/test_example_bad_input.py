@@ -7,9 +7,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support import CONFIGS, refused
+from support import CONFIGS, SMALL_RUN, refused
 
-SMALL_DEBUG = [f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "example/small_data")]
+SMALL_DEBUG = [f"--config={CONFIGS / name}.yaml" for name in SMALL_RUN]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-from support import CONFIGS, run_dir_flags
+from support import SMALL_RUN, config_flags, run_dir_flags
 
 
 def test_lr_find_sets_the_lr_of_the_optimizer_callable(
@@ -22,8 +22,7 @@ def test_lr_find_sets_the_lr_of_the_optimizer_callable(
     assert f"suggested {key}: {value:g} (configured: 0.003)" in capsys.readouterr().out
     # Stacked on the configs it ran with, the preset sets the LR of the optimizer the model builds.
     flags = [
-        f"--config={CONFIGS / 'debug/tiny.yaml'}",
-        f"--config={CONFIGS / 'example/small_data.yaml'}",
+        *config_flags(*SMALL_RUN),
         f"--config={run / 'lr_find.yaml'}",
     ]
     model = cli.build_cli(flags, run=False).model

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from support import PACKAGE
+from support import PACKAGE, SMALL_RUN
 
-STACK = ("debug/tiny", "example/small_data", "example/transformer", "distributed/fsdp")
+STACK = (*SMALL_RUN, "example/transformer", "distributed/fsdp")
 
 
 def test_fsdp_preset_parses(run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str]) -> None:

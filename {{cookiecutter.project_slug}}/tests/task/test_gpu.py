@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
-from support import ROOT
+from support import ROOT, SMALL_RUN
 from torch import nn
 
 ON_GPU = ("--trainer.accelerator=gpu", "--trainer.devices=1")
@@ -32,7 +32,7 @@ def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable
     threshold = 0.05  # below this model's gradient norms: every step is clipped
     built = run_cli(
         "fit", *ON_GPU, f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
-        presets=("debug/tiny", "example/small_data", "precision/fp16", "training/clip_norm"),
+        presets=(*SMALL_RUN, "precision/fp16", "training/clip_norm"),
     )  # fmt: skip
     scaler = built.trainer.precision_plugin.scaler
     assert isinstance(scaler, torch.amp.GradScaler)
@@ -52,7 +52,7 @@ def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..
     before = probes.graphs_compiled()
     built = run_cli(
         "fit", *ON_GPU, *SMALL_TRANSFORMER, "--trainer.callbacks+=probes.GraphCounter",
-        presets=("debug/tiny", "example/small_data", "example/transformer", "example/compile", "precision/bf16"),
+        presets=(*SMALL_RUN, "example/transformer", "example/compile", "precision/bf16"),
     )  # fmt: skip
     (optimizer,) = built.trainer.optimizers
     assert optimizer.defaults["fused"] is True
@@ -76,7 +76,7 @@ def test_peak_memory_is_logged_every_epoch(run_cli: Callable[..., object]) -> No
 def test_benchmark_preset_autotunes_cudnn(run_cli: Callable[..., object]) -> None:
     enabled = torch.backends.cudnn.benchmark
     try:
-        built = run_cli("fit", *ON_GPU, presets=("debug/tiny", "example/small_data", "training/benchmark"))
+        built = run_cli("fit", *ON_GPU, presets=(*SMALL_RUN, "training/benchmark"))
         assert built.trainer.global_step > 0
         assert torch.backends.cudnn.benchmark is True
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 from faults import fault
-from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
+from support import CONFIGS, PACKAGE, assert_identical, last_checkpoint, launch, run_dir_flags, submodule
 
 SETUP = [
     f"--config={CONFIGS / 'data/image_folder.yaml'}",
@@ -41,16 +41,12 @@ def fit(cli: ModuleType, run: Path, root: Path, *args: str) -> Any:
     return cli.build_cli(["fit", *SETUP, f"--data.init_args.root={root}", *run_dir_flags(run), *args])
 
 
-def last(run: Path) -> dict[str, Any]:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-
-
 @pytest.fixture(scope="module")
 def straight(cli: ModuleType, root: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
     """The run that is never interrupted, without workers: the built objects and its last checkpoint."""
     run = tmp_path_factory.mktemp("straight") / "runs" / "image_folder" / "straight"
     built = fit(cli, run, root, "--data.init_args.num_workers=0")
-    return built, last(run)
+    return built, last_checkpoint(run)
 
 
 def test_finds_the_classes_splits_them_and_decodes_png_and_jpeg(image_folder: ModuleType, root: Path) -> None:
@@ -153,10 +149,10 @@ def test_resumes_bit_exactly_mid_epoch_with_two_workers(
         expected_code, saved_step = 143, 9
     stopped = launch(PACKAGE, "fit", *SETUP, *flags, cwd=in_tmp)
     assert stopped.returncode == expected_code, stopped.stdout[-3000:]
-    saved = last(run)
+    saved = last_checkpoint(run)
     assert saved["global_step"] == saved_step
     assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["epoch"] == 1
     fit(cli, run, root, "--data.init_args.num_workers=2", "--seed_everything=7", "--ckpt_path=last")
-    resumed, expected = last(run), straight[1]
+    resumed, expected = last_checkpoint(run), straight[1]
     for key in EXACT:
         assert_identical(resumed[key], expected[key], key)

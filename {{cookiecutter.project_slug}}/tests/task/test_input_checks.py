@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import CONFIGS, PACKAGE, launch
+from support import PACKAGE, SMALL_RUN, config_flags, launch
 
 
 def _nan_pixel(images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -72,8 +72,7 @@ def test_bad_data_exits_1_with_one_error_line(gratings: ModuleType, tmp_path: Pa
     done = launch(
         PACKAGE,
         "fit",
-        f"--config={CONFIGS / 'debug/tiny.yaml'}",
-        f"--config={CONFIGS / 'example/small_data.yaml'}",
+        *config_flags(*SMALL_RUN),
         f"--data.init_args.data_dir={cache}",
         cwd=tmp_path,
     )

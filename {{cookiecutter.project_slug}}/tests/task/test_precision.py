@@ -10,7 +10,7 @@ import probes
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
-from support import CONFIGS
+from support import CONFIGS, SMALL_RUN
 
 
 def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dtype, *flags: str) -> object:
@@ -19,7 +19,7 @@ def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dty
         "fit",
         "--trainer.callbacks+=probes.OutputDtypeRecorder",
         *flags,
-        presets=("debug/tiny", "example/small_data", preset),
+        presets=(*SMALL_RUN, preset),
     )
     assert probes.find(built.trainer, probes.OutputDtypeRecorder).dtypes == {logits}
     assert torch.isfinite(built.trainer.callback_metrics["train/loss_epoch"])

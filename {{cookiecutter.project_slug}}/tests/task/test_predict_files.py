@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import run_dir_flags
+from support import SMALL_RUN, run_dir_flags
 
 SHAPE = (1, 28, 28)  # (C, H, W) of default.yaml's data
 RUN = Path("runs/debug/predicted")
@@ -27,7 +27,7 @@ def test_predict_writes_one_row_per_input_file(
     torch.save(images(3, *SHAPE), inputs / "a.pt")  # a batch
     torch.save(images(*SHAPE, seed=1), inputs / "b.pt")  # one image
     run_cli("fit", *run_dir_flags(RUN))
-    presets = ("debug/tiny", "example/small_data", "predict/writer")
+    presets = (*SMALL_RUN, "predict/writer")
     run_cli(
         "predict", *run_dir_flags(RUN), "--ckpt_path=best", f"--data.init_args.predict_path={inputs}", presets=presets
     )

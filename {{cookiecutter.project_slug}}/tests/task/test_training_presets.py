@@ -19,10 +19,10 @@ import pytest
 import torch
 from faults import fault
 from lightning.pytorch.callbacks import EMAWeightAveraging
-from support import CONFIGS, PACKAGE, assert_identical, launch, run_dir_flags, submodule
+from support import CONFIGS, PACKAGE, SMALL_RUN, assert_identical, launch, run_dir_flags, submodule
 
 early_stopping = submodule("kit.parts.early_stopping")
-EMA = [f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "example/small_data", "training/ema")]
+EMA = [f"--config={CONFIGS / name}.yaml" for name in (*SMALL_RUN, "training/ema")]
 # 4 optimizer steps per epoch (debug/tiny), 8 in 2 epochs; small images: the tests are about state, not speed.
 SMALL = ["--data.init_args.image_size=16", "--data.init_args.num_workers=0", "--trainer.limit_val_batches=1"]
 SETUP = [*EMA, *SMALL, "--trainer.enable_progress_bar=false"]
@@ -30,9 +30,7 @@ EXACT = ("state_dict", "current_model_state", "averaging_state", "optimizer_stat
 
 
 def test_ema_and_early_stopping_stack_with_other_presets(run_cli: Callable[..., Any]) -> None:
-    built = run_cli(
-        "fit", *SMALL, presets=("debug/tiny", "example/small_data", "training/ema", "training/early_stopping")
-    )
+    built = run_cli("fit", *SMALL, presets=(*SMALL_RUN, "training/ema", "training/early_stopping"))
     stopper = probes.find(built.trainer, early_stopping.EarlyStoppingOnBest)
     assert (stopper.monitor, stopper.mode) == ("val/acc", "max")  # best_checkpoint's, from default.yaml
     probes.find(built.trainer, EMAWeightAveraging)
