@@ -24,6 +24,7 @@ import torch
 
 ROOT = Path(os.environ.get("BENCH_PROJECT") or Path(__file__).resolve().parents[1] / "build" / "image-classifier")
 CONFIGS = ROOT / "configs"
+TINY_PRESETS = ("debug/tiny", "example/small_data")  # tiny mode: a few batches of 256 images, seconds
 if not (ROOT / "src").is_dir():
     sys.exit(f"error: no baked project at {ROOT}: run `make bench`, or set BENCH_PROJECT to a baked project")
 (PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]

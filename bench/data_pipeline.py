@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from common import Row, best_median_ms, build, judge, median_ratios, steady, timed_fit
+from common import TINY_PRESETS, Row, best_median_ms, build, judge, median_ratios, steady, timed_fit
 
 
 class Batches:
@@ -52,7 +52,7 @@ class Preloaded(pl.LightningDataModule):
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 6 if tiny else 60
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     built = build(workdir, presets=presets)
     workers = built.datamodule.resolved_num_workers()
     rows, threads = [], torch.get_num_threads()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from common import Row, StepTimer, best_median_ms, build, fit_once, judge, median_ratios, project, steady
+from common import TINY_PRESETS, Row, StepTimer, best_median_ms, build, fit_once, judge, median_ratios, project, steady
 from torch.utils.data import DataLoader, Dataset
 
 
@@ -65,7 +65,7 @@ def seam_alone_ms(batches: int, batch_size: int, repeats: int) -> list[float]:
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     datamodule = build(workdir, presets=presets).datamodule
     rows, step_ms = [], 0.0
     for workers in dict.fromkeys((0, datamodule.resolved_num_workers())):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import PACKAGE, Row, best_median_ms, config_flags, median_ratios, run_dir_flags, steady
+from common import PACKAGE, TINY_PRESETS, Row, best_median_ms, config_flags, median_ratios, run_dir_flags, steady
 
 
 def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple[str, ...]) -> dict:
@@ -54,7 +54,7 @@ def fit(workdir: Path, steps: int, devices: int, batch_size: int, presets: tuple
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 4 if tiny else 30
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     batch = 32 if tiny else 128
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for repeat in range(min(repeats, 3)):  # each DDP start costs seconds

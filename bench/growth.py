@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from alternate import robust_mean
-from common import PACKAGE, Row, fit_once, quartiles
+from common import PACKAGE, TINY_PRESETS, Row, fit_once, quartiles
 from startup import command
 
 BATCH_SIZES = (32, 64, 128, 256)
@@ -35,7 +35,7 @@ def step_ms(workdir: Path, steps: int, warmup: int, *flags: str, presets: tuple[
 
 
 def step_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     steps, warmup = (4, 2) if tiny else (50, 10)
     batch_sizes, widths = (BATCH_SIZES[:1] + BATCH_SIZES[2:3], WIDTHS[-1:]) if tiny else (BATCH_SIZES, WIDTHS)
     settings = {f"batch {b}": (f"--data.init_args.batch_size={b}",) for b in batch_sizes}
@@ -68,7 +68,7 @@ def step_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
 
 
 def runs_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    _, _, run_dir = fit_once(workdir, 2, "--trainer.limit_val_batches=1", presets=("debug/tiny", "example/small_data"))
+    _, _, run_dir = fit_once(workdir, 2, "--trainer.limit_val_batches=1", presets=TINY_PRESETS)
     root = Path(tempfile.mkdtemp(prefix="runs-", dir=workdir))
     rows, previous = [], 0
     seconds: dict[int, float] = {}

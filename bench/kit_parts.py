@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from alternate import Paced, Side, alternate, paired
-from common import Row, build
+from common import TINY_PRESETS, Row, build
 from overhead import NEAR_EMPTY
 
 IDLE = [
@@ -57,7 +57,7 @@ def kit_fit(workdir: Path, steps: int, without: tuple[str, ...], presets: tuple[
 
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     flags_period, repeat_periods, warmup = (1, 2, 2) if tiny else (10, 3, 10)
     n = 2 if tiny else 2 * repeats
     steps = warmup + n * repeat_periods * flags_period

@@ -30,7 +30,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from alternate import Baton, Paced, Side, alternate, paired
-from common import Row, build, judge, project, quartiles
+from common import TINY_PRESETS, Row, build, judge, project, quartiles
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.tensorboard import SummaryWriter
@@ -182,7 +182,7 @@ def fixed_costs(workdir: Path, steps: int, repeats: int, presets: tuple[str, ...
 
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     # tiny: its preset logs every step; a repeat is 2 steps. Full: 3 logging periods (30 steps) a repeat.
     repeat_periods, warmup = (2, 2) if tiny else (3, 10)
     tiny_flags = ("--trainer.limit_train_batches=1.0",) if tiny else ()  # the loop covers one epoch only

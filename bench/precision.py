@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common import Row, best_median_ms, median_ratios, steady, timed_fit
+from common import TINY_PRESETS, Row, best_median_ms, median_ratios, steady, timed_fit
 
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps = 6 if tiny else 40
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     durations: dict[str, list[list[float]]] = {"32-true": [], "bf16-mixed": []}
     for repeat in range(repeats):
         for precision in list(durations) if repeat % 2 == 0 else list(durations)[::-1]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import Row, StepTimer, build, fit_once, judge, median_ms, median_ratios, project, steady
+from common import TINY_PRESETS, Row, StepTimer, build, fit_once, judge, median_ms, median_ratios, project, steady
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 
@@ -107,7 +107,7 @@ def weights_check_us(workdir: Path, presets: tuple[str, ...], calls: int) -> flo
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     steps, warmup = (6, 2) if tiny else (60, 10)
-    presets = ("debug/tiny", "example/small_data") if tiny else ()
+    presets = TINY_PRESETS if tiny else ()
     durations: dict[bool, list[list[float]]] = {True: [], False: []}
     last = Path()
     for repeat in range(repeats):

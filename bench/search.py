@@ -22,12 +22,12 @@ from pathlib import Path
 
 import optuna
 import torch
-from common import CONFIGS, PACKAGE, Row, run_dir_flags
+from common import CONFIGS, PACKAGE, TINY_PRESETS, Row, run_dir_flags
 from common import report as bench_report
 from jsonargparse import CLI
 
 TINY = [
-    *(f"--config={CONFIGS / name}.yaml" for name in ("debug/tiny", "example/small_data")),
+    *(f"--config={CONFIGS / name}.yaml" for name in TINY_PRESETS),
     "--run.experiment=default",
 ]
 NO_PRUNING = "--pruner=optuna.pruners.NopPruner"

@@ -38,7 +38,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from common import PACKAGE, Row, build, markdown
+from common import PACKAGE, TINY_PRESETS, Row, build, markdown
 
 TRACKERS = ("tensorboard", "csv", "mlflow", "mlflow server", "wandb")
 GOAL = 0.01  # CSV and MLflow: at most 1 % of the default step
@@ -190,7 +190,7 @@ def tracker_fit(workdir: Path, name: str, pairs: int, tiny: bool) -> Alternation
     """One fit of the default run logging to tracker ``name`` alone, alternating its calls; its ``Alternation``."""
     preset = "logger/mlflow" if name.startswith("mlflow") else f"logger/{name}"
     flags = ["--trainer.accelerator=cpu", "--trainer.num_sanity_val_steps=0", "--data.init_args.num_workers=0"]
-    presets: tuple[str, ...] = ("debug/tiny", "example/small_data", preset) if tiny else (preset,)
+    presets: tuple[str, ...] = (*TINY_PRESETS, preset) if tiny else (preset,)
     if tiny:
         flags += ["--trainer.log_every_n_steps=2", "--trainer.limit_train_batches=1.0", "--trainer.max_epochs=1"]
     probe = build(Path(tempfile.mkdtemp(prefix="probe-", dir=workdir)), *flags, presets=presets)
