@@ -5,10 +5,10 @@ that lock (CPython gh-112275). If another thread held it at the fork, the child 
 any of its own code runs. Native threads take that lock, without the GIL, whenever they create a thread state to
 touch a Python object: gloo's threads do so after every DDP collective, to drop a tensor's Python object. So under
 DDP, a DataLoader worker could hang as it started, and the run with it (measured: 1 of 72 two-process fault-matrix
-cells). CPython's own fix is not available on those Pythons; ``install()`` holds the lock across every ``fork()``
-instead, from C's fork handlers (after Python's own, right around the system call), and releases it in the parent
-and in the child, for every ``os.fork()`` (a ``fork()`` that C code calls passes by). On Pythons with the fix it
-installs nothing.
+cells). CPython's own fix is not available on those Pythons; ``install()`` holds the lock across every
+``os.fork()`` instead, from C's fork handlers (after Python's own, right around the system call), and releases it
+in the parent and in the child (a ``fork()`` that C code calls passes by). On Pythons with the fix it installs
+nothing.
 
 It reads a CPython internal: where the lock lies in ``_PyRuntime``, per minor version (``MUTEX_OFFSET``, checked
 with gdb against 3.10.13 and 3.11.7); tests/kit/test_fork_guard.py forks under the race with the guard. Delete this
@@ -41,7 +41,7 @@ def installed() -> bool:
 
 
 def install() -> bool:
-    """Holds the thread-list lock across every ``fork()`` of this process, where this Python needs it."""
+    """Holds the thread-list lock across every ``os.fork()`` of this process, where this Python needs it."""
     if _handlers or not needs_guard() or sys.implementation.name != "cpython" or not sys.platform.startswith("linux"):
         return installed()
     runtime = ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime"))
