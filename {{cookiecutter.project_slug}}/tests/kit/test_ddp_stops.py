@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from faults import fault
-from support import ROOT, TESTS, run_dir_flags
-from test_fault_matrix import EXIT_BOUND_S, assert_same_training, finish, group_gone_at, last, start
+from support import ROOT, TESTS, last_checkpoint, run_dir_flags
+from test_fault_matrix import EXIT_BOUND_S, assert_same_training, finish, group_gone_at, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 DDP = ["--trainer.devices=2", "--trainer.strategy=ddp"]
@@ -30,7 +30,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cwd = tmp_path_factory.mktemp("straight")
     run = cwd / "runs" / "fixture" / "straight"
     assert finish(start(cwd, *run_dir_flags(run), *DDP), cwd) == 0, (cwd / "out.log").read_text()[-3000:]
-    return last(run)
+    return last_checkpoint(run)
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -52,9 +52,9 @@ def test_sigterm_to_every_rank_stops_all_at_one_step(straight: dict[str, Any], t
     sent = json.loads(report.read_text())
     assert len(sent["pids"]) == 2
     assert group_gone_at(sent["pgid"], sent["sent"] + EXIT_BOUND_S) - sent["sent"] <= EXIT_BOUND_S
-    assert last(run)["global_step"] == 6  # the step in progress on both, then saved once
+    assert last_checkpoint(run)["global_step"] == 6  # the step in progress on both, then saved once
     assert finish(start(tmp_path, *run_dir_flags(run), *DDP, "--ckpt_path=last"), tmp_path) == 0
-    assert_same_training(last(run), straight)
+    assert_same_training(last_checkpoint(run), straight)
     assert statuses(run) == [("preempted", "SIGTERM"), ("finished", None)]
 
 
@@ -97,12 +97,12 @@ def test_sigterm_to_one_torchrun_node_stops_both_nodes_and_resumes_exactly(
     assert "failed (exitcode: 143)" in logs
     for node in nodes:
         assert group_gone_at(node.pid, sent["sent"] + EXIT_BOUND_S) - sent["sent"] <= EXIT_BOUND_S
-    assert last(run)["global_step"] == 6, logs
+    assert last_checkpoint(run)["global_step"] == 6, logs
     assert statuses(run) == [("preempted", "SIGTERM")]
 
     resumed = torchrun_nodes(tmp_path, *run_dir_flags(run), "--ckpt_path=last")
     assert [node.wait(timeout=300) for node in resumed] == [0, 0]
-    assert_same_training(last(run), straight)
+    assert_same_training(last_checkpoint(run), straight)
 
 
 FAKE_SRUN = """#!/bin/bash
@@ -149,10 +149,10 @@ def test_slurm_requeue_signal_to_both_tasks_stops_requeues_and_the_requeued_job_
     first = subprocess.run([*sbatch, signalled], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 128 + signal.SIGUSR1, first.stdout[-2000:] + first.stderr[-3000:]
     assert (tmp_path / "scontrol.log").read_text() == f"requeue {job}\n"  # once, by rank 0
-    assert last(run)["global_step"] == 8  # epoch 0 trained, stopped in its validation
+    assert last_checkpoint(run)["global_step"] == 8  # epoch 0 trained, stopped in its validation
     requeued = subprocess.run(
         sbatch, cwd=tmp_path, env={**env, "SLURM_RESTART_COUNT": "1"}, capture_output=True, text=True, timeout=300
     )
     assert requeued.returncode == 0, requeued.stderr[-3000:]
-    assert_same_training(last(run), straight)
+    assert_same_training(last_checkpoint(run), straight)
     assert statuses(run) == [("preempted", "SIGUSR1"), ("finished", None)]
