@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection
 
 Batch = tuple[Tensor, Tensor]  # sequences (B, L) float32, slopes (B, 1) float32
 
@@ -178,3 +179,33 @@ class LinearRegressor(SequenceRegressor):
         """
         super().__init__(input_shape, lr=lr)
         self.net = nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], 1))
+
+
+class CollectiveRegressor(SequenceRegressor):
+    """The same model, with a collective of its own at epoch end, as torchmetrics users write it: a
+    ``MetricCollection`` updated every step, computed (an all-gather under DDP) and logged with ``sync_dist=True`` in
+    ``on_train_epoch_end``; the loss is logged per epoch with ``sync_dist=True`` too (an all-reduce when read)."""
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...] = (16,),
+        hidden: int = 32,
+        dropout: float = 0.1,
+        lr: float = 0.01,
+        optimizer: Literal["adamw", "sgd"] = "adamw",
+        schedule: Literal["onecycle", "plateau", "step"] = "onecycle",
+    ) -> None:
+        """Builds the model; the arguments are ``SequenceRegressor``'s."""
+        super().__init__(input_shape, hidden, dropout, lr, optimizer, schedule)
+        self.train_metrics = MetricCollection({"mse": MeanSquaredError(), "mae": MeanAbsoluteError()}, prefix="train/")
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        prediction = self(batch[0])
+        loss = F.mse_loss(prediction, batch[1])
+        self.train_metrics.update(prediction.detach(), batch[1])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, sync_dist=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.train_metrics.compute(), sync_dist=True)
+        self.train_metrics.reset()

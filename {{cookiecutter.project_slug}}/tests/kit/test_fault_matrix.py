@@ -1,7 +1,9 @@
 """The fault matrix: every stop signal, sent the way clusters and terminals send it, at every phase of a run.
 
 {signal} x {main pid, process group} x {0, 2, 2 persistent loader workers} x {train step, validation, checkpoint
-write} x {1 process, 2 DDP processes}. Each cell starts ``fit`` of the fixture task in a session of its own (as
+write} x {1 process, 2 DDP processes}, and each 2-process cell again with a module that runs its own collective at
+epoch end (``fixture_task.CollectiveRegressor``: a torchmetrics ``MetricCollection`` logged with ``sync_dist=True``,
+as teams write it; the kit's own reads of the metrics must meet it in the same order on every process). Each cell starts ``fit`` of the fixture task in a session of its own (as
 ``setsid``), has another process signal it (``kill -s SIG <pid>`` or ``kill -s SIG -- -<pgid>``) at the phase, and
 checks: the exit code (128 + signal), that every process of the job is gone within ``EXIT_BOUND_S`` of the signal,
 ``last.ckpt`` at the stop (loadable with ``weights_only``), the status and signal in ``provenance.yaml``, and that
@@ -39,18 +41,22 @@ WORKERS = {
 }
 PHASES = ("train", "validation", "checkpoint")
 PROCESSES = {"1p": [], "2p": ["--trainer.devices=2", "--trainer.strategy=ddp"]}
+MODULES = {"plain": [], "collective": ["--model=fixture_task.CollectiveRegressor"]}  # the same weights, step by step
 STATUS = {"TERM": "preempted", "USR1": "preempted", "HUP": "interrupted", "INT": "interrupted"}
 EXIT_BOUND_S = 30.0  # from the signal to the last process of the job gone (1-3 s on an idle 2-core machine)
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 TOTAL_STEPS = {"1p": 32, "2p": 16}  # fixture.yaml: 2 epochs of 16 batches, shared by the processes
 
-CELLS = list(itertools.product(SIGNALS, TARGETS, WORKERS, PHASES, PROCESSES))
-SLICE = [  # every signal, target, phase, worker setting and process count at least once
-    ("TERM", "group", "2w", "train", "2p"),
-    ("INT", "main", "0w", "validation", "1p"),
-    ("HUP", "group", "2wp", "checkpoint", "1p"),
-    ("USR1", "main", "2w", "train", "1p"),
-    ("USR1", "group", "0w", "validation", "2p"),
+CELLS = [
+    *itertools.product(SIGNALS, TARGETS, WORKERS, PHASES, PROCESSES, ["plain"]),
+    *itertools.product(SIGNALS, TARGETS, WORKERS, PHASES, ["2p"], ["collective"]),
+]
+SLICE = [  # every signal, target, phase, worker setting, process count and module kind at least once
+    ("TERM", "group", "2w", "train", "2p", "collective"),
+    ("INT", "main", "0w", "validation", "1p", "plain"),
+    ("HUP", "group", "2wp", "checkpoint", "1p", "plain"),
+    ("USR1", "main", "2w", "train", "1p", "plain"),
+    ("USR1", "group", "0w", "validation", "2p", "plain"),
 ]
 
 
@@ -104,7 +110,8 @@ def assert_same_training(actual: dict[str, Any], expected: dict[str, Any]) -> No
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """The final checkpoint of an uninterrupted run, per process count (loader workers change nothing)."""
+    """The final checkpoint of an uninterrupted run, per process count (loader workers and the module kind change
+    nothing: the collective module trains the same weights)."""
     found = {}
     for name, flags in PROCESSES.items():
         cwd = tmp_path_factory.mktemp(f"straight-{name}")
@@ -115,12 +122,19 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
     return found
 
 
-@pytest.mark.parametrize(("sig", "target", "workers", "phase", "processes"), cell_params())
+@pytest.mark.parametrize(("sig", "target", "workers", "phase", "processes", "module"), cell_params())
 def test_a_stop_signal_saves_records_exits_and_resumes_exactly(
-    straight: dict[str, dict[str, Any]], tmp_path: Path, sig: str, target: str, workers: str, phase: str, processes: str
+    straight: dict[str, dict[str, Any]],
+    tmp_path: Path,
+    sig: str,
+    target: str,
+    workers: str,
+    phase: str,
+    processes: str,
+    module: str,
 ) -> None:
     run, report = tmp_path / "runs" / "fixture" / "cell", tmp_path / "sent.json"
-    flags = [*run_dir_flags(run), *WORKERS[workers], *PROCESSES[processes]]
+    flags = [*run_dir_flags(run), *WORKERS[workers], *PROCESSES[processes], *MODULES[module]]
     signum = int(SIGNALS[sig])
     injected = fault("SignalFromOutside", phase=phase, signum=signum, target=target, report=str(report))
 

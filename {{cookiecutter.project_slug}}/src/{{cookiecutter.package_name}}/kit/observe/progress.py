@@ -30,9 +30,13 @@ class EpochLine(Callback):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.progress_bar_callback is not None or not trainer.is_global_zero:
+        if trainer.progress_bar_callback is not None:
             return
+        # Every process reads them, though one prints: the read computes the epoch's values, a collective under DDP
+        # (a metric logged with sync_dist, a torchmetrics object), which all processes must enter in the same order.
         metrics = trainer.callback_metrics
+        if not trainer.is_global_zero:
+            return
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         parts = [f"epoch {trainer.current_epoch + 1}{epochs}", f"step {trainer.global_step}"]
         for key in (f"{TRAIN_LOSS}_epoch", TRAIN_LOSS):
