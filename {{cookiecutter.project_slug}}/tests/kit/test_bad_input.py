@@ -61,6 +61,27 @@ def files_in(folder: Path) -> list[str]:
         (["--trainer.num_sanity_val_steps=-5"], ["trainer.num_sanity_val_steps must be >= -1, got -5"]),
         (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
         (["--best_checkpoint.monitor="], ["best_checkpoint: BestCheckpoint (", "monitor must name a logged metric"]),
+        # What "best" means: the monitor's name says it; a mode that contradicts it, or none where it says neither.
+        (
+            ["--best_checkpoint.monitor=val/loss", "--best_checkpoint.mode=max"],
+            [
+                "best_checkpoint: BestCheckpoint (",
+                "mode max contradicts monitor 'val/loss'",
+                "--best_checkpoint.mode null",
+            ],
+        ),
+        (
+            ["--best_checkpoint.monitor=val/kappa"],
+            [
+                "best_checkpoint: BestCheckpoint (",
+                "'val/kappa': its name does not say",
+                "--best_checkpoint.mode min or",
+            ],
+        ),
+        (
+            ["--best_checkpoint.monitor=null", "--best_checkpoint.mode=max"],
+            ["best_checkpoint: BestCheckpoint (", "mode max with monitor null: best.ckpt then follows the validation"],
+        ),
         # The monitored metric: never logged, or logged on an empty validation set.
         (
             ["--best_checkpoint.monitor=val/acc"],

@@ -24,6 +24,7 @@ from faults import fault
 from support import run_dir_flags, submodule
 
 checkpoint_io = submodule("kit.safety.checkpoint_io")
+checkpoints = submodule("kit.safety.checkpoints")
 STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 
@@ -53,6 +54,50 @@ def run_dir(trained: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(trained, copy)
     return copy
+
+
+@pytest.mark.parametrize(
+    ("names", "mode"),
+    [
+        (["val/loss", "val_loss", "train/loss_epoch", "val/error_rate", "val/mse", "val/nll", "val/perplexity"], "min"),
+        (["val/loss/dataloader_idx_1", "val/heatmap_loss"], "min"),  # Lightning's loader suffix; `map` in a word
+        (["val/acc", "val_accuracy", "val/acc_best", "val/top1_acc", "val/f1_macro", "val/auroc", "val/mAP50"], "max"),
+        (["val/miou", "val/dice", "val/precision", "val/recall", "val/score", "val/r2"], "max"),
+        (["val/kappa", "val/cross_entropy_ratio", "val/acc_loss", "val/dataloader_idx_0"], None),  # neither, or both
+    ],
+)
+def test_the_mode_is_read_from_the_metric_s_name(names: list[str], mode: str | None) -> None:
+    assert {name: checkpoints.metric_mode(name) for name in names} == dict.fromkeys(names, mode)
+
+
+def test_the_mode_follows_the_monitor_and_a_contradicting_one_is_refused() -> None:
+    assert checkpoints.BestCheckpoint("val/loss").mode == "min"
+    assert checkpoints.BestCheckpoint("val/acc").mode == "max"
+    assert checkpoints.BestCheckpoint("val/kappa", "max").mode == "max"  # a name that says neither: the mode given
+    assert checkpoints.BestCheckpoint(None).mode == checkpoints.BestCheckpoint(None, "min").mode == "min"
+    with pytest.raises(ValueError, match=r"mode max contradicts monitor 'val/loss', whose name says lower \(a loss"):
+        checkpoints.BestCheckpoint("val/loss", "max")
+    with pytest.raises(ValueError, match=r"mode min contradicts monitor 'val/acc', whose name says higher"):
+        checkpoints.BestCheckpoint("val/acc", "min")
+    with pytest.raises(ValueError, match="'val/kappa': its name does not say whether lower or higher is better"):
+        checkpoints.BestCheckpoint("val/kappa")
+    with pytest.raises(ValueError, match="mode max with monitor null"):
+        checkpoints.BestCheckpoint(None, "max")
+
+
+def test_a_resume_that_ranks_by_another_metric_starts_the_ranking_over(lightning_log: list[str]) -> None:
+    # The loss's best (0.1) would stay unbeaten by any accuracy below it: best.ckpt never written again.
+    saved = checkpoints.BestCheckpoint("val/loss", None)
+    saved.best_model_score, saved.best_model_path = torch.tensor(0.1), "run/checkpoints/best.ckpt"
+    resumed = checkpoints.BestCheckpoint("val/acc")
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.best_model_score is None
+    assert float(resumed.kth_value) == -float("inf")  # the next validation's accuracy is the best so far
+    assert resumed.best_model_path == "run/checkpoints/best.ckpt"
+    assert any("ranked by val/loss, this run by val/acc: the ranking starts over" in line for line in lightning_log)
+    same = checkpoints.BestCheckpoint("val/loss")
+    same.load_state_dict(saved.state_dict())
+    assert float(same.best_model_score) == pytest.approx(0.1)  # the same metric: its ranking continues
 
 
 def test_last_is_rewritten_every_n_steps_mid_epoch(cli: ModuleType, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..text import plain
 from .boundaries import StepBoundary
+from .digests import verify
 from .finite import listed, nonfinite_in_checkpoint
 
 LAST, BEST = "last", "best"
@@ -50,20 +51,20 @@ class BestCheckpoint(ModelCheckpoint):
         Args:
             monitor: The logged metric that ranks checkpoints (e.g. ``val/acc``); ``null``: the validation loss
                 the model logs, if it logs one.
-            mode: ``min`` if lower is better (a loss), ``max`` if higher is (an accuracy); ``null``: ``max`` for a
-                metric named like an accuracy or a score (acc, f1, auroc, precision, iou, dice, map), else ``min``.
+            mode: ``min`` if lower is better, ``max`` if higher is; ``null``: the monitor's name says it (``min`` for
+                a loss or an error, ``max`` for an accuracy or a score: see ``metric_mode``). Only for a name that
+                says neither; one that says the opposite is refused.
         """
         if monitor == "":
             raise ValueError("monitor must name a logged metric (e.g. val/loss), or be null")
         super().__init__(
             monitor=monitor,
-            mode=mode or guessed_mode(monitor),
+            mode=checked_mode(monitor, mode),
             filename=BEST,
             save_top_k=1,
             enable_version_counter=False,
         )
         self.follows_loss = monitor is None  # the monitor is chosen from what the first validation logs
-        self.given_mode = mode
 
     @property
     def state_key(self) -> str:
@@ -85,8 +86,8 @@ class BestCheckpoint(ModelCheckpoint):
                 " --best_checkpoint.monitor, or switch it off with --best_checkpoint null"
             )
             return
-        self.monitor, self.mode = chosen, self.given_mode or guessed_mode(chosen)
-        self._set_mode(self.mode)
+        self.monitor = chosen
+        self._set_mode("min")  # a loss
         rank_zero_info(f"best_checkpoint: follows {chosen} ({self.mode}); name another with --best_checkpoint.monitor")
 
     def _set_mode(self, mode: str) -> None:
@@ -106,16 +107,73 @@ class BestCheckpoint(ModelCheckpoint):
         return {**super().state_dict(), "mode": self.mode, "follows_loss": self.follows_loss}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.follows_loss and self.monitor is None and state_dict.get("monitor"):
-            self.monitor = state_dict["monitor"]  # chosen by the session that wrote the checkpoint
-            self._set_mode(state_dict.get("mode") or guessed_mode(self.monitor))
+        saved = state_dict.get("monitor")
+        if self.follows_loss and self.monitor is None and state_dict.get("follows_loss") and saved:
+            self.monitor = saved  # chosen by the session that wrote the checkpoint
+            self._set_mode("min")
+        if saved != self.monitor:
+            # The best score so far is another metric's (an accuracy, compared with a loss): the ranking starts over.
+            if saved:
+                rank_zero_info(
+                    f"best_checkpoint: the checkpoint ranked by {saved}, this run by"
+                    f" {self.monitor or 'the validation loss'}: the ranking starts over at the next validation"
+                )
+            self.best_model_path = state_dict.get("best_model_path", "")
+            return
         super().load_state_dict(state_dict)
 
 
-def guessed_mode(monitor: str | None) -> Literal["min", "max"]:
-    """``max`` for a metric named like an accuracy or a score, ``min`` otherwise (a loss, an error)."""
-    name = (monitor or "").rsplit("/", 1)[-1].lower()
-    return "max" if re.search(r"acc|f1|auroc|auc|precision|recall|iou|dice|map|score", name) else "min"
+LOWER_IS_BETTER = frozenset(
+    {"loss", "losses", "err", "error", "errors", "mse", "mae", "rmse", "nll", "ce", "bce", "kl", "perplexity", "ppl"}
+    | {"wer", "cer", "fid"}
+)
+"""Words of a metric's name that say lower is better (a loss, an error)."""
+HIGHER_IS_BETTER = frozenset(
+    {"acc", "accuracy", "f1", "auroc", "auc", "ap", "map", "precision", "recall", "iou", "miou", "dice", "score"}
+    | {"r2", "psnr", "ssim", "bleu", "rouge"}
+)
+"""Words of a metric's name that say higher is better (an accuracy, a score)."""
+
+
+def metric_mode(monitor: str) -> Literal["min", "max"] | None:
+    """``min`` for a metric whose name says lower is better (``val/loss``, ``val_error``), ``max`` for one that says
+    higher is (``val/acc``, ``val/f1_macro``), ``None`` for one that says neither or both (``val/kappa``).
+
+    The name's last part is read (Lightning's ``/dataloader_idx_N`` suffix left out), word by word.
+    """
+    name = re.sub(r"/dataloader_idx_\d+$", "", monitor).rsplit("/", 1)[-1].lower()
+    words = set(re.findall(r"f1|r2|[a-z]+", name))
+    lower, higher = bool(words & LOWER_IS_BETTER), bool(words & HIGHER_IS_BETTER)
+    return "min" if lower and not higher else "max" if higher and not lower else None
+
+
+def checked_mode(monitor: str | None, mode: Literal["min", "max"] | None) -> Literal["min", "max"]:
+    """The mode ``monitor`` is ranked by: ``mode`` if given, else the one its name says.
+
+    Raises ``ValueError`` for a ``mode`` its name contradicts, for a name that says neither without ``mode``, and for
+    ``max`` without a monitor (the validation loss is then followed: lower is better).
+    """
+    if monitor is None:
+        if mode == "max":
+            raise ValueError(
+                "mode max with monitor null: best.ckpt then follows the validation loss, where lower is better;"
+                " name the metric to maximize (--best_checkpoint.monitor val/acc), or drop mode"
+                " (--best_checkpoint.mode null)"
+            )
+        return "min"
+    named = metric_mode(monitor)
+    if named is None and mode is None:
+        raise ValueError(
+            f"monitor {monitor!r}: its name does not say whether lower or higher is better: add"
+            " --best_checkpoint.mode min or max"
+        )
+    if named is not None and mode is not None and mode != named:
+        says = "lower (a loss or an error)" if named == "min" else "higher (an accuracy or a score)"
+        raise ValueError(
+            f"mode {mode} contradicts monitor {monitor!r}, whose name says {says} is better: drop mode (from the"
+            f" config, or --best_checkpoint.mode null) and the name sets it"
+        )
+    return mode or named  # type: ignore[return-value]  # one of them is set here
 
 
 def is_validation_name(name: str) -> bool:
@@ -175,7 +233,8 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
-    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used."""
+    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
+    reasons: its bytes are not those its run recorded, ``digests.py``)."""
     if Path(path).stat().st_size == 0:
         raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")
     try:
@@ -200,6 +259,7 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
+    verify(path)  # after the checks above, which say more about a file that is not a checkpoint at all
     return checkpoint
 
 

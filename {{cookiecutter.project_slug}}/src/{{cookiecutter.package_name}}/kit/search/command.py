@@ -27,7 +27,7 @@ from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
 from ..command.project import Project
-from ..safety.checkpoints import guessed_mode
+from ..safety.checkpoints import checked_mode
 from .launch import run_workers
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
@@ -155,7 +155,7 @@ def make_plan(parser: LightningArgumentParser, config: Namespace, project: Proje
     if direction is None:
         if metric != monitor:
             raise ValueError(f"--direction: say `minimize` or `maximize` for --metric {metric}")
-        direction = "maximize" if (best.mode or guessed_mode(metric)) == "max" else "minimize"
+        direction = "maximize" if checked_mode(best.monitor, best.mode) == "max" else "minimize"  # best_checkpoint's
     fit_keys = [key for key in config.keys() if key.split(".")[0] not in SETTINGS]  # noqa: SIM118 (flattened keys)
     space = build_space(settings.space, fit_keys, lambda key, value: _refusal(parser, config, key, value))
     name = config.run.name or "search"
