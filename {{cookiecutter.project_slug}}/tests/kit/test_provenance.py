@@ -57,10 +57,10 @@ def test_provenance_is_never_ahead_of_last_ckpt(
     checkpoint_io = submodule("kit.safety.checkpoint_io")
     save = checkpoint_io.atomic_save
 
-    def save_or_die(checkpoint: dict[str, object], path: Path) -> None:
+    def save_or_die(checkpoint: dict[str, object], path: Path, before_replace: Callable[..., object]) -> None:
         if path.name == "last.ckpt" and checkpoint["global_step"] == 4:
             raise Killed  # the process dies before the second last.ckpt is on disk
-        save(checkpoint, path)
+        save(checkpoint, path, before_replace)
 
     monkeypatch.setattr(checkpoint_io, "atomic_save", save_or_die)
     with pytest.raises(Killed):

@@ -5,7 +5,8 @@ records its command line, seed, git commit (with a dirty flag; the diff of track
 ``git-<session>.diff``), the versions of Python, torch, CUDA, lightning, torchmetrics and jsonargparse, the host
 and devices, its start and end time and how it ended (``STATUSES``). A session with no end was killed
 (SIGKILL, out of memory, power), unless its process is still running. The run's ``progress`` (epoch, step, best
-monitored metric) is updated with every checkpoint.
+monitored metric) is updated with every checkpoint, and ``checkpoints`` keeps the digest of each checkpoint file
+(``safety/digests.py``).
 
 Checkpoints carry the same record plus the resolved config, as strings, lists and numbers, so they still load
 with ``torch.load(..., weights_only=True)`` and a checkpoint found on its own still says where it came from.
@@ -34,6 +35,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.checkpoints import LAST
+from ..safety.digests import KEY as DIGESTS
+from ..safety.digests import DigestBook
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
 from ..trackers.secrets import masked
@@ -215,6 +218,7 @@ class RunRecord:
     def for_checkpoint(self, config: str) -> dict[str, Any]:
         """The record as a checkpoint carries it: with the resolved config and this session's diff inline."""
         record = {**self.data, "config": config, "sessions": [dict(session) for session in self.data["sessions"]]}
+        record.pop(DIGESTS, None)  # of files on disk, not of this one
         if self._progress is not None:
             record["progress"] = self._progress  # what this checkpoint holds
         if record["sessions"] and self._diff:
@@ -241,16 +245,21 @@ class Provenance(Callback):
     def __init__(self, record: RunRecord, config: str) -> None:
         self.record, self.config = record, config
         self._writer: AtomicCheckpointIO | None = None
+        self._digests = DigestBook(record)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         writer = trainer.strategy.checkpoint_io
         if isinstance(writer, AtomicCheckpointIO):
             self._writer = writer
             writer.saved.append(self._saved)
+            if self.record.writer:  # the process that writes checkpoints (global rank 0)
+                writer.writing.append(self._digests.writing)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._writer is not None and self._saved in self._writer.saved:
             self._writer.saved.remove(self._saved)
+        if self._writer is not None and self._digests.writing in self._writer.writing:
+            self._writer.writing.remove(self._digests.writing)
         self._writer = None
 
     def on_save_checkpoint(
@@ -263,6 +272,7 @@ class Provenance(Callback):
             self.record.commit_progress()
 
     def _saved(self, path: Path) -> None:
+        self._digests.saved(path)
         if path.name == f"{LAST}.ckpt":
             self.record.commit_progress()
 

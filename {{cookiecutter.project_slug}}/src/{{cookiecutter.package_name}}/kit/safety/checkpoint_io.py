@@ -1,9 +1,10 @@
-"""How checkpoint files are written and read: atomically, and with ``weights_only=True``.
+"""How checkpoint files are written and read: atomically, with ``weights_only=True``, and checked against their digest.
 
 A checkpoint is written to a temporary file in its own directory, flushed and fsynced, then renamed
 over the old one, so a crash at any moment leaves either the old file or the new one, never half of
 either. Lightning's own ``_atomic_save`` stages the bytes through ``$TMPDIR`` (a cross-device move that
-fails, or fills ``/tmp``: lightning#20270, #21253) and never fsyncs.
+fails, or fills ``/tmp``: lightning#20270, #21253) and never fsyncs. Each file's SHA-256 is computed as it is written
+and recorded by the run, then checked when it is read (``digests.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .digests import HashingWriter, Written, verify
 from .finite import listed, nonfinite_in_checkpoint
 from .nonfinite import ADVICE, NonFiniteCheckpointError
 
@@ -36,12 +38,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
     the file on disk keeps its last finite state. Remote paths (``s3://...``) keep Lightning's fsspec transaction.
-    Each function in ``saved`` is called with the path once a checkpoint is on disk (``provenance.py`` writes the
-    run's progress then).
+    Each function in ``writing`` is called with the path, the new file's digest and its global step before the
+    file replaces the old one (``digests.DigestBook`` records it then); each in ``saved`` with the path once the
+    checkpoint is on disk (``provenance.py`` writes the run's progress then). A local file whose run recorded its
+    digest is read only if it still has it.
     """
 
     def __init__(self) -> None:
         super().__init__()
+        self.writing: list[Callable[[Path, Written, int | None], None]] = []
         self.saved: list[Callable[[Path], None]] = []
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
@@ -52,6 +57,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             )
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
+        elif self.writing:
+            step = checkpoint.get("global_step")
+
+            def record(written: Written) -> None:
+                for listener in self.writing:
+                    listener(Path(path), written, step)
+
+            atomic_save(checkpoint, Path(path), record)
         else:
             atomic_save(checkpoint, Path(path))
         for listener in self.saved:
@@ -65,11 +78,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         # Tensors load onto the CPU, whatever device wrote them; the Trainer then moves the model and the
         # optimizer state to its own device. `weights_only=None` (Lightning's default) means True.
+        if "://" not in str(path):
+            verify(path)  # the command line checked it already (read_checkpoint): hashed once per process
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only is not False)
 
 
-def atomic_save(obj: object, path: Path) -> None:
+def atomic_save(obj: object, path: Path, before_replace: Callable[[Written], object] | None = None) -> None:
     """``torch.save(obj, path)`` through a temporary file in ``path``'s directory: flush, fsync, rename.
+
+    With ``before_replace``, the bytes are hashed as they are written, and it is called with their digest once
+    they are on disk, before the rename.
 
     Raises:
         CheckpointWriteError: ``path`` cannot be written (its folder is a file, read-only, full, ...).
@@ -80,9 +98,16 @@ def atomic_save(obj: object, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_abandoned(path)
         with open(partial, "xb") as file:
-            torch.save(obj, file)
+            if before_replace is None:
+                torch.save(obj, file)
+            else:
+                with HashingWriter(file) as hashing:
+                    torch.save(obj, hashing)
+                written = hashing.written()
             file.flush()
             os.fsync(file.fileno())
+        if before_replace is not None:
+            before_replace(written)
         os.replace(partial, path)
         _fsync_directory(path.parent)
     except BaseException as error:
