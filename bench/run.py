@@ -25,7 +25,7 @@ from common import report as bench_report
 
 COMPARISONS = (
     *("overhead", "kit_parts", "compiled", "startup", "data_pipeline", "data_seam", "precision", "ddp", "gpu"),
-    *("safeguards", "trackers", "growth"),
+    *("safeguards", "checkpoint_digests", "trackers", "growth"),
 )
 
 

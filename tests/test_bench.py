@@ -31,6 +31,8 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "Precision",
         "DDP",
         "Non-finite weights check, cost per step",
+        "Checkpoint digest: write of a",
+        "Checkpoint digest: check on load, pages dropped first",
         "Tracker cost per step: csv",
         "Tracker cost per step: mlflow (local file store)",
         "Start-up, image_classifier fit --help",
