@@ -14,6 +14,8 @@
   mid-epoch resume), with workers and augmentation.
 - ``OneCycleModule``: the schedule Lightning's docs show, ``OneCycleLR`` sized from
   ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
+- ``TwoSetsModule``/``TwoValidationSets``: two validation loaders, ``val/loss`` logged for each (Lightning names them
+  ``val/loss/dataloader_idx_0`` and ``_1``).
 """
 
 from __future__ import annotations
@@ -174,3 +176,34 @@ class StatefulData(HydraStyleData):
         return StatefulDataLoader(
             self.train, self.hparams.batch_size, shuffle=True, num_workers=self.hparams.num_workers
         )
+
+
+class TwoValidationSets(HydraStyleData):
+    """The same data, validated on two sets: the held-out one and a noisier one."""
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        self.noisy = Blobs(64, 8, self.num_classes, augment=True, seed=3)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(self.val, self.hparams.batch_size), DataLoader(self.noisy, self.hparams.batch_size)]
+
+
+class TwoSetsModule(pl.LightningModule):
+    """A classifier that logs its loss on each validation loader, under the same name."""
+
+    def __init__(self, hidden: int = 16, lr: float = 0.01) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, 4))
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        loss = F.cross_entropy(self.net(batch[0]), batch[1])
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("val/loss", F.cross_entropy(self.net(batch[0]), batch[1]))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)

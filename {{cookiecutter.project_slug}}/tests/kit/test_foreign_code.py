@@ -13,8 +13,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 from faults import fault
 from support import TESTS, assert_identical, fit_exit_code, last_checkpoint, refused, submodule
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 DEMOS = "lightning.pytorch.demos"
 LIMITS = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=4"]
@@ -133,3 +135,32 @@ def test_a_stateful_loader_resumes_exactly_from_an_epoch_boundary(cli: ModuleTyp
     expected, resumed = last_checkpoint(straight), last_checkpoint(stopped)
     for key in EXACT:
         assert_identical(resumed[key], expected[key], key)
+
+
+@pytest.mark.parametrize(
+    ("flags", "monitor"),
+    [
+        (["--best_checkpoint.monitor=val/loss/dataloader_idx_1"], "val/loss/dataloader_idx_1"),
+        ([], "val/loss/dataloader_idx_0"),  # no monitor: the loss of the first loader, the validation set
+    ],
+    ids=["named", "followed"],
+)
+def test_two_validation_loaders_best_ckpt_follows_one_of_them(
+    cli: ModuleType, in_tmp: Path, lightning_log: list[str], flags: list[str], monitor: str
+) -> None:
+    # The check of the monitor read Lightning's callback metrics at the end of the sanity check, empty there with
+    # several loaders: the named metric was refused ("its validation logs nothing"), the followed one switched off.
+    run = Path("runs/foreign/two")
+    args = ["--model=foreign.TwoSetsModule", "--data=foreign.TwoValidationSets", "--trainer.max_epochs=4", *flags]
+    assert fit_exit_code(cli, run, *args) == 0
+    (events,) = run.glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    values = [event.value for event in accumulator.Scalars(monitor)]
+    assert len(values) == 4
+    state = last_checkpoint(run)["callbacks"]["BestCheckpoint"]
+    assert (state["monitor"], state["mode"]) == (monitor, "min")
+    assert float(state["best_model_score"]) == pytest.approx(min(values))
+    assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["epoch"] == values.index(min(values))
+    if not flags:
+        assert any(f"best_checkpoint: follows {monitor} (min)" in line for line in lightning_log)

@@ -147,3 +147,29 @@ def test_positions_lightning_leaves_unread_are_given_to_the_loader(
         assert model.seen == list(range(8))
     else:
         assert model.seen == ([3, 4, 5, 6, 7] if handover else [0, 1, 2, 3, 4])
+
+
+class TwoLoaders(BoringModel):
+    """Logs ``val/loss`` on each of two validation loaders."""
+
+    def validation_step(self, batch: Tensor, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("val/loss", self.step(batch))
+
+    def val_dataloader(self) -> list[Any]:
+        return [super().val_dataloader(), super().val_dataloader()]
+
+
+class NamesAtSanityEnd(Callback):
+    def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.callback_metrics = set(trainer.callback_metrics)
+        self.logged = submodule("kit.lightning_internals").logged_names(trainer)
+
+
+def test_the_metrics_of_several_validation_loaders_are_named_at_the_end_of_the_sanity_check() -> None:
+    names = NamesAtSanityEnd()
+    trainer = pl.Trainer(
+        max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, callbacks=[names]
+    )
+    trainer.fit(TwoLoaders())
+    assert names.callback_metrics == set()  # what Lightning gives: the reason for `logged_names`
+    assert names.logged == {"val/loss/dataloader_idx_0", "val/loss/dataloader_idx_1"}

@@ -75,6 +75,23 @@ def end_fit_when_found(finder: BatchSizeFinder) -> None:
     finder._early_exit = True
 
 
+def logged_names(trainer: pl.Trainer) -> set[str]:
+    """The names of the epoch-level metrics the running loop has logged, every validation loader's included.
+
+    ``trainer.callback_metrics`` leaves out those of a loader of several (``val/loss/dataloader_idx_0``) at the end
+    of the sanity check: Lightning does not update it then, and reads the loop's metrics of the current
+    ``dataloader_idx`` only (``None`` by then; each loader's values are reset when it ends). Their names stay in the
+    loop's result collection (``trainer._results``, private), named as Lightning names them (``_forked_name``).
+    """
+    names = set(trainer.callback_metrics)
+    results = trainer._results
+    if results is not None:
+        for metric in results.values():
+            if metric.meta.on_epoch:
+                names.update(results._forked_name(metric, on_step=False))
+    return names
+
+
 def epoch_restarted(trainer: pl.Trainer) -> bool:
     """Whether the epoch now ending is the one a run resumed into, where Lightning skips plateau schedulers
     (``FitLoop.on_advance_end``'s guard from lightning#14702). Loops are not public API."""

@@ -19,6 +19,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
 from .bad_input import BadInputError
 
@@ -156,7 +157,7 @@ class StartCheck(Callback):
         if self._monitors_checked:
             return
         self._monitors_checked = True
-        logged = sorted(key for key in trainer.callback_metrics if is_validation_metric(key))
+        logged = sorted(key for key in logged_names(trainer) if is_validation_metric(key))
         for key, monitor in monitored_metrics(trainer):
             if not is_validation_metric(monitor):
                 continue

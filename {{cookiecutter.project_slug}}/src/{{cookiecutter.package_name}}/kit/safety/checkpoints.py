@@ -20,9 +20,9 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from ..lightning_internals import logged_names
 from ..text import plain
 from .boundaries import StepBoundary
-from .digests import verify
 from .finite import listed, nonfinite_in_checkpoint
 
 LAST, BEST = "last", "best"
@@ -41,8 +41,8 @@ class BestCheckpoint(ModelCheckpoint):
 
     Lightning's ``ModelCheckpoint`` with the settings a run chooses; the file name is fixed, so ``--ckpt_path best``
     finds it. Without a ``monitor`` it follows the model's validation loss (``val/loss``, or the one validation
-    metric named ``...loss``) once the first validation has logged it; a model that logs none gets no best.ckpt,
-    and one line says so. ``--best_checkpoint null`` switches it off.
+    metric named ``...loss``; with several validation loaders, the first one's) once the first validation has logged
+    it; a model that logs none gets no best.ckpt, and one line says so. ``--best_checkpoint null`` switches it off.
     """
 
     def __init__(self, monitor: str | None = None, mode: Literal["min", "max"] | None = None) -> None:
@@ -75,9 +75,12 @@ class BestCheckpoint(ModelCheckpoint):
         """Follows the validation loss the model logs, or switches off with one line (once, when nothing is chosen)."""
         if not self.follows_loss or self.monitor is not None:
             return
-        logged = sorted(key for key in trainer.callback_metrics if is_validation_name(key))
-        losses = [key for key in logged if key.rsplit("/", 1)[-1].removeprefix("val_").endswith("loss")]
-        chosen = "val/loss" if "val/loss" in logged else losses[0] if len(losses) == 1 else None
+        logged = sorted(key for key in logged_names(trainer) if is_validation_name(key))
+        # With several validation loaders (`.../dataloader_idx_N`), the first one's loss: the validation set.
+        first = [key for key in logged if not re.search(r"/dataloader_idx_[1-9]\d*$", key)]
+        losses = [key for key in first if _without_loader(key).rsplit("/", 1)[-1].removeprefix("val_").endswith("loss")]
+        chosen = next((key for key in ("val/loss", "val/loss/dataloader_idx_0") if key in logged), None)
+        chosen = chosen or (losses[0] if len(losses) == 1 else None)
         if chosen is None:
             self.follows_loss, self.save_top_k = False, 0
             rank_zero_info(
@@ -141,10 +144,15 @@ def metric_mode(monitor: str) -> Literal["min", "max"] | None:
 
     The name's last part is read (Lightning's ``/dataloader_idx_N`` suffix left out), word by word.
     """
-    name = re.sub(r"/dataloader_idx_\d+$", "", monitor).rsplit("/", 1)[-1].lower()
+    name = _without_loader(monitor).rsplit("/", 1)[-1].lower()
     words = set(re.findall(r"f1|r2|[a-z]+", name))
     lower, higher = bool(words & LOWER_IS_BETTER), bool(words & HIGHER_IS_BETTER)
     return "min" if lower and not higher else "max" if higher and not lower else None
+
+
+def _without_loader(name: str) -> str:
+    """``name`` without the suffix Lightning adds for one validation loader of several (``/dataloader_idx_1``)."""
+    return re.sub(r"/dataloader_idx_\d+$", "", name)
 
 
 def checked_mode(monitor: str | None, mode: Literal["min", "max"] | None) -> Literal["min", "max"]:
@@ -233,8 +241,7 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
-    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
-    reasons: its bytes are not those its run recorded, ``digests.py``)."""
+    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used."""
     if Path(path).stat().st_size == 0:
         raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")
     try:
@@ -259,7 +266,6 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
-    verify(path)  # after the checks above, which say more about a file that is not a checkpoint at all
     return checkpoint
 
 
