@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from ..lightning_internals import logged_names
 from ..text import plain
 from .boundaries import StepBoundary
+from .digests import verify
 from .finite import listed, nonfinite_in_checkpoint
 
 LAST, BEST = "last", "best"
@@ -241,7 +242,8 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
-    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used."""
+    """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
+    reasons: its bytes are not those its run recorded, ``digests.py``)."""
     if Path(path).stat().st_size == 0:
         raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")
     try:
@@ -266,6 +268,7 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
+    verify(path)  # after the checks above, which say more about a file that is not a checkpoint at all
     return checkpoint
 
 
