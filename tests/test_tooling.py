@@ -147,3 +147,16 @@ def test_launch_scripts_are_valid_executable_bash(baked: Baked, script: str) -> 
     first_command = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
     # sbatch reads #SBATCH lines only before the first command.
     assert not [line for line in lines[first_command:] if line.startswith("#SBATCH")]
+
+
+def test_the_mlflow_server_environment_serves_a_plain_mlflow_server() -> None:
+    """What `make mlflow-server` builds from scripts/mlflow-server.txt imports what a plain `mlflow server` loads:
+    uvicorn's app (the AI gateway's aiohttp, numpy, pandas), the UI's GraphQL schema (graphene), the job runner."""
+    mlflow = os.environ.get("MLFLOW_SERVER") or str(ROOT / ".venv-mlflow" / "bin" / "mlflow")
+    if not Path(mlflow).is_file():
+        pytest.skip("no MLflow server environment: `make setup` builds .venv-mlflow")
+    modules = "mlflow.server.fastapi_app, mlflow.server.graphql.graphql_schema_extensions, huey"
+    result = subprocess.run(
+        [str(Path(mlflow).parent / "python"), "-c", f"import {modules}"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -118,7 +118,7 @@ def mlflow_server(store: str | None = None) -> Iterator[MlflowServer]:
     port = free_port()
     store = store or f"sqlite:///{folder / 'mlflow.db'}"
     command = [mlflow_server_command(), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    # gunicorn serves MLflow's Flask app; its default, uvicorn, also serves the AI gateway, which imports pandas.
+    # gunicorn serves MLflow's Flask app alone and starts sooner; its default, uvicorn, also serves the AI gateway.
     command += ["--gunicorn-opts", "--log-level warning", "--backend-store-uri", store]
     command += ["--artifacts-destination", str(folder / "artifacts")]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no background job runner
