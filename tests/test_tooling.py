@@ -123,9 +123,6 @@ def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
     hooks = {hook["id"]: repo for repo in config["repos"] for hook in repo["hooks"]}
     expected = {"ruff-check", "ruff-format", "check-yaml", "check-toml", "end-of-file-fixer", "trailing-whitespace"}
     assert expected <= set(hooks)
-    pinned_ruff = re.search(r"^ruff==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
-    assert pinned_ruff, "ruff is pinned in constraints.txt"
-    assert hooks["ruff-check"]["rev"] == f"v{pinned_ruff.group(1)}"  # the ruff that CI tested
     # What the basic hooks would change or reject on the first `pre-commit run --all-files`: nothing.
     for name in files_of(project):
         text = (project / name).read_text(encoding="utf-8")
@@ -136,6 +133,20 @@ def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
             yaml.safe_load(text)
         if name.endswith(".toml"):
             tomllib.loads(text)
+
+
+def test_ci_pre_commit_and_the_dev_extra_run_one_ruff(baked: Baked) -> None:
+    project = baked()
+    pinned = re.search(r"^ruff==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    assert pinned, "ruff is pinned in constraints.txt"
+    version = pinned.group(1)  # the ruff that this repository's tests lint the bakes with
+    config = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())
+    revs = {repo["rev"] for repo in config["repos"] for hook in repo["hooks"] if hook["id"].startswith("ruff")}
+    assert revs == {f"v{version}"}
+    installs = [words for words in map(shlex.split, run_commands(project)) if words[-1].startswith("ruff")]
+    assert [words[-1] for words in installs] == [f"ruff=={version}"]  # the lint job's one ruff
+    dev = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert [requirement for requirement in dev if requirement.startswith("ruff")] == [f"ruff=={version}"]
 
 
 @pytest.mark.parametrize("script", ["scripts/torchrun.sh", "scripts/slurm.sbatch"])
