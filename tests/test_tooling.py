@@ -80,6 +80,27 @@ def test_workflow_tests_on_the_oldest_supported_python(baked: Baked, tmp_path: P
     assert output.read_text() == f"version={python_version}\n"
 
 
+def test_workflow_tests_with_every_extra_and_an_mlflow_server(baked: Baked) -> None:
+    """No test skips in CI for a missing extra: the trackers' run against the MLflow server CI builds first."""
+    project = baked()
+    steps = workflow(project)["jobs"]["test"]["steps"]
+    runs = [shlex.split(step["run"]) for step in steps if "run" in step]
+    (install,) = [words for words in runs if words[:2] == ["make", "install"]]
+    settings = dict(word.split("=", 1) for word in install[2:])
+    declared = tomllib.loads((project / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert sorted(settings["EXTRAS"].split(",")) == sorted(declared)
+    assert settings["TORCH_INDEX"] == "https://download.pytorch.org/whl/cpu"  # CPU-only torch, not 4 GB of CUDA
+    dry_run = make(project, "--dry-run", *install[1:]).stdout
+    assert f'pip install --editable ".[{settings["EXTRAS"]}]"' in dry_run
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in dry_run
+    (server,) = [words for words in runs if words[:2] == ["make", "mlflow-server"]]
+    assert runs.index(server) < runs.index(["make", "test"])
+    # The server's Python is set up before the project's, so that `python` is the project's for the rest.
+    pythons = [step["with"]["python-version"] for step in steps if step.get("uses", "").startswith("actions/setup-py")]
+    assert pythons == ["3.12", "${{ steps.python.outputs.version }}"]
+    assert server[2:] == ["PYTHON=python3.12"]
+
+
 def test_makefile_help_lists_every_target(baked: Baked) -> None:
     project = baked()
     result = make(project)  # the default goal
