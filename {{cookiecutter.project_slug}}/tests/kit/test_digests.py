@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from support import assert_identical, digest, refused, run_dir_flags, submodule
+from support import PACKAGE, assert_identical, digest, launch, refused, run_dir_flags, submodule
 
 checkpoint_io = submodule("kit.safety.checkpoint_io")
 digests = submodule("kit.safety.digests")
@@ -161,3 +161,23 @@ def test_the_digest_computed_while_writing_is_the_files(tmp_path: Path, numbers:
     path = tmp_path / "x.ckpt"
     checkpoint_io.atomic_save({"state_dict": {"w": torch.randn(numbers)}}, path, told.append)
     assert told == [(sha256(path), path.stat().st_size)]
+
+
+@pytest.mark.slow
+def test_under_ddp_rank_0_records_and_each_process_checks_alone(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "fixture" / "ddp"
+    ddp = ["--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.accelerator=cpu", *run_dir_flags(run)]
+    trained = launch(PACKAGE, "fit", *ddp, "--trainer.max_epochs=1", cwd=tmp_path)  # Lightning starts rank 1
+    assert trained.returncode == 0, trained.stdout[-3000:]
+    for name, entry in entries(run).items():
+        assert (entry["sha256"], entry["size"]) == (sha256(run / name), (run / name).stat().st_size)
+    flip_a_bit_in_a_tensor(run / LAST)
+    before = digest(run)
+    # Under torchrun both processes start alone, and each refuses before the process group exists: none waits.
+    torchrun = ["--standalone", "--nproc-per-node=2", "-m", PACKAGE, "fit", *ddp, "--ckpt_path=last"]
+    refused_by_both = launch("torch.distributed.run", *torchrun, cwd=tmp_path, timeout=240)
+    lines = [line for line in refused_by_both.stdout.splitlines() if line.startswith("error: checkpoint")]
+    assert len(lines) == 2, refused_by_both.stdout[-3000:]
+    assert all(line.startswith(f"error: checkpoint {run / LAST} is not the file its run wrote") for line in lines)
+    assert refused_by_both.stdout.count("exitcode: 2") >= 1  # torchrun names a worker's exit status
+    assert digest(run) == before
