@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
+from faults import fault
 from support import PACKAGE, refused, run_dir_flags, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -102,25 +103,48 @@ def test_a_refused_value_names_its_key_and_writes_nothing(
     assert files_in(in_tmp) == []  # no run directory, config or events
 
 
+UNLOGGED = "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
+
+
 @pytest.mark.parametrize(
-    "start", ["--trainer.num_sanity_val_steps=0", "--ckpt_path=last"], ids=["no-sanity", "resumed"]
+    "flags",
+    [
+        [],
+        ["--trainer.num_sanity_val_steps=0"],
+        ["--trainer.num_sanity_val_steps=0", "--trainer.check_val_every_n_epoch=2"],
+    ],
+    ids=["sanity-check", "no-sanity-check", "no-sanity-check-validating-every-2-epochs"],
 )
-def test_a_monitor_never_logged_is_caught_at_the_first_validation_and_the_run_marked_failed(
-    run_cli: RunCli, capsys: pytest.CaptureFixture[str], start: str
+def test_a_monitor_never_logged_is_refused_before_training_and_leaves_no_run(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, flags: list[str]
+) -> None:
+    # Without the sanity check it was caught at the first validation, after an epoch (or two) of training, and the
+    # run's folder was left behind, its session failed.
+    short = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2", "--trainer.max_epochs=3", *flags]
+    assert refused_cli(run_cli, capsys, "fit", *short, "--best_checkpoint.monitor=val/acc") == UNLOGGED
+    assert files_in(in_tmp) == []
+    fitted = run_cli("fit", *short)  # a metric it logs: the one-batch check for it leaves the run as configured
+    assert fitted.trainer.global_step == 6  # type: ignore[attr-defined]
+    assert fitted.trainer.num_sanity_val_steps == (0 if flags else 2)  # type: ignore[attr-defined]
+
+
+def test_a_resume_monitoring_a_metric_never_logged_is_refused_before_it_trains(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = Path("runs/fixture/unlogged")
     short = [*run_dir_flags(run), "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2"]
-    if start == "--ckpt_path=last":
-        run_cli("fit", *short, "--trainer.max_epochs=1")  # the resumed session records the refusal
-    # Without the sanity check, Lightning's ModelCheckpoint noticed it only when saving, with its own message; and the
-    # refused session was left without an end ("killed").
-    args = [*short, start, "--best_checkpoint.monitor=val/acc", "--trainer.max_epochs=3"]
+    every_step = "--last_checkpoint.every_n_train_steps=1"
+    with pytest.raises(RuntimeError, match="injected crash"):  # after epoch 0 and a step of epoch 1
+        run_cli("fit", *short, every_step, fault("RaiseAtStep", step=4))
+    last = (run / "checkpoints" / "last.ckpt").read_bytes()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    # Lightning runs no sanity check on a mid-epoch resume: it was caught at the first validation, after training.
+    args = [*short, every_step, "--ckpt_path=last", "--best_checkpoint.monitor=val/acc"]
     line = refused_cli(run_cli, capsys, "fit", *args)
-    assert line == (
-        "error: best_checkpoint.monitor: SequenceRegressor never logs 'val/acc'; its validation logs val/loss"
-    )
+    assert line == UNLOGGED
+    assert (run / "checkpoints" / "last.ckpt").read_bytes() == last  # not a step trained
     session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
-    assert session["status"] == "failed"
+    assert session["status"] == "failed"  # the resumed session records the refusal
     assert session["error"] == line.replace("error: ", "BadInputError: ", 1)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.accelerators import CPUAccelerator
@@ -122,15 +123,22 @@ class StartCheck(Callback):
     """What a command starts with: for ``fit``, the monitored validation metric is logged and the train loader is not
     empty; for ``validate``, ``test`` and ``predict`` without a checkpoint, a line saying the weights are untrained.
 
-    Lightning notices an unlogged monitored metric at the first save, with a message of its own; here the first
-    validation that ran (the sanity check's, or without one, the first of training) names the metric and what
-    is logged instead. An empty train loader makes Lightning end ``fit`` with an info line and exit 0 (the loader
-    is built by Lightning, not here: built earlier, it would lose the position a resumed run restores into it, see
-    lightning#20550).
+    Lightning notices an unlogged monitored metric at the first save, after a whole epoch (or ``N`` with
+    ``check_val_every_n_epoch: N``), with a message of its own, and a new run's folder is left behind. Here it is
+    refused before any training step, naming the metric and what is logged instead: at the end of the sanity check;
+    without one (``num_sanity_val_steps: 0``) a one-batch sanity check runs for it; a run resumed mid-epoch (which
+    Lightning does not sanity-check) is checked against what its checkpoint's validation logged, saved here. Only a
+    checkpoint without that record (written before any validation) leaves it to the first validation.
+
+    An empty train loader makes Lightning end ``fit`` with an info line and exit 0 (the loader is built by Lightning,
+    not here: built earlier, it would lose the position a resumed run restores into it, see lightning#20550).
     """
 
     def __init__(self) -> None:
         self._monitors_checked = False
+        self._sanity_steps: int | float | None = None  # the run's own, while a one-batch sanity check runs for it
+        self._logged: list[str] = []  # the validation metrics this fit logged last: saved with its checkpoints
+        self._saved_logged: list[str] | None = None  # those the checkpoint a run resumes from holds
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._monitors_checked = False
@@ -145,28 +153,53 @@ class StartCheck(Callback):
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         _say_if_untrained(trainer)
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        validated = any(is_validation_metric(monitor) for _, monitor in monitored_metrics(trainer))
+        if validated and trainer.enable_validation and trainer.num_sanity_val_steps == 0 and trainer.ckpt_path is None:
+            self._sanity_steps, trainer.num_sanity_val_steps = trainer.num_sanity_val_steps, 1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        saved, self._saved_logged = self._saved_logged, None
+        if saved and not self._monitors_checked:
+            self._refuse_unlogged(trainer, pl_module, saved)  # resumed mid-epoch: no sanity check ran
+
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_monitors(trainer, pl_module, sum(trainer.num_sanity_val_batches))
+        batches = sum(trainer.num_sanity_val_batches)
+        if self._sanity_steps is not None:
+            trainer.num_sanity_val_steps, self._sanity_steps = self._sanity_steps, None
+        self._check_monitors(trainer, pl_module, batches)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Without a sanity check (`num_sanity_val_steps: 0`), the first validation of training; before any save.
-        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        self._logged = _validation_names(trainer)
+        # Without a sanity check (a mid-epoch resume from a checkpoint without the record), the first validation.
+        if not trainer.sanity_checking:
             self._check_monitors(trainer, pl_module, sum(trainer.num_val_batches))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"validation_metrics": self._logged} if self._logged else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Kept for the checkpoints this session saves before its first validation, too.
+        self._logged = self._saved_logged = state_dict.get("validation_metrics") or []
 
     def _check_monitors(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batches: int) -> None:
         if self._monitors_checked:
             return
         self._monitors_checked = True
-        logged = sorted(key for key in logged_names(trainer) if is_validation_metric(key))
         for key, monitor in monitored_metrics(trainer):
-            if not is_validation_metric(monitor):
-                continue
-            if batches == 0:
+            if is_validation_metric(monitor) and batches == 0:
                 raise BadInputError(
                     f"{key}: {monitor!r} is a validation metric, but"
                     f" {_data_name(pl_module, trainer.datamodule)}.val_dataloader() yields no batch"
                 )
-            if monitor not in logged:
+        self._refuse_unlogged(trainer, pl_module, _validation_names(trainer))
+
+    @staticmethod
+    def _refuse_unlogged(trainer: pl.Trainer, pl_module: pl.LightningModule, logged: list[str]) -> None:
+        for key, monitor in monitored_metrics(trainer):
+            if is_validation_metric(monitor) and monitor not in logged:
                 raise BadInputError(
                     f"{key}: {type(pl_module).__name__} never logs {monitor!r}; its validation logs"
                     f" {', '.join(logged) or 'nothing'}"
@@ -201,6 +234,11 @@ def monitored_metrics(trainer: pl.Trainer) -> list[tuple[str, str]]:
             key = f"trainer.callbacks: {type(callback).__name__}.monitor"
             found.append(("best_checkpoint.monitor" if isinstance(callback, BestCheckpoint) else key, callback.monitor))
     return found
+
+
+def _validation_names(trainer: pl.Trainer) -> list[str]:
+    """The validation metrics logged so far in the running validation (every loader's)."""
+    return sorted(key for key in logged_names(trainer) if is_validation_metric(key))
 
 
 def is_validation_metric(name: str) -> bool:
