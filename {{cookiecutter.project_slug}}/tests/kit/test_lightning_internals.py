@@ -36,6 +36,9 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     internals = submodule("kit.lightning_internals")
     assert internals.LRFinderResult.__name__ == "_LRFinder"  # what Tuner.lr_find returns
     assert callable(internals.call._call_lightning_datamodule_hook)  # attach_for_fit
+    nested = {"optimizer": {"class_path": "AdamW", "init_args": {"lr": 0.1}}, "layers": [2, 3]}
+    flat = {"optimizer/class_path": "AdamW", "optimizer/init_args/lr": 0.1, "layers": [2, 3]}
+    assert internals.flat_hyperparameters(nested) == flat  # as MLFlowLogger.log_hyperparams flattens them
     model = BoringModel()
     model.trainer = trainer
     optimizers, schedulers = internals.configured_optimizers(model)  # `_init_optimizers_and_lr_schedulers`

@@ -241,6 +241,20 @@ def test_the_mlflow_run_holds_config_git_artifacts_and_best_checkpoint(stacked: 
     assert_holds_the_run(MlflowClient(stacked.url), stacked.run, tmp_path)
 
 
+def test_w_and_b_holds_the_config_mlflow_holds(stacked: StackedRun) -> None:
+    """The resolved config's leaves (``model.init_args.lr``) and the module's hyperparameters, flattened alike."""
+    from mlflow import MlflowClient
+
+    params = MlflowClient(stacked.url).get_run(stacked.ids["mlflow"]["run_id"]).data.params
+    config = read.wandb_config(stacked.run)
+    assert len(params) > 100
+    assert sorted(config) == sorted(params)
+    # MLflow holds each value as text; W&B as JSON, which has no tuples: the fixture's `input_shape` is `[16]` there.
+    differing = {key for key, value in config.items() if str(value)[:250] != params[key]}
+    assert differing == {"input_shape"}
+    assert (config["input_shape"], params["input_shape"]) == ([16], "(16,)")
+
+
 @pytest.mark.faults  # a PostgreSQL server and an MLflow server of their own (~20 s)
 def test_an_mlflow_server_with_a_postgresql_store_holds_the_run(
     run_cli: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory

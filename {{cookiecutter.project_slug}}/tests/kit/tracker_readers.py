@@ -8,6 +8,7 @@ import struct
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 Points = dict[str, list[tuple[int, float]]]
 
@@ -49,6 +50,38 @@ def wandb_offline(run: Path) -> Points:
     """The history of every W&B offline session of the run (``<run>/wandb/offline-run-*/run-<id>.wandb``), oldest
     first, as ``wandb sync`` uploads them: W&B's own protobuf records, in its transaction log format (LevelDB's
     log: 32 KiB blocks of records, each a CRC, a length, a type and data), after a 7-byte header."""
+    points: Points = defaultdict(list)
+    for session in _wandb_sessions(run):
+        for record in session:
+            if record.WhichOneof("record_type") != "history":
+                continue
+            values = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+            }
+            step = values.get("trainer/global_step")
+            for key, value in values.items():
+                if not key.startswith("_") and key != "trainer/global_step" and isinstance(value, (int, float)):
+                    points[key].append((int(step), float(value)))
+    return dict(points)
+
+
+def wandb_config(run: Path) -> dict[str, Any]:
+    """The config of the run's W&B offline sessions, as ``wandb sync`` uploads it: each session's first config (in
+    its run record) and every update after it; W&B's own key ``_wandb`` left out."""
+    config: dict[str, Any] = {}
+    for session in _wandb_sessions(run):
+        for record in session:
+            kind = record.WhichOneof("record_type")
+            if kind in ("run", "config"):
+                for item in (record.run.config if kind == "run" else record.config).update:
+                    config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    config.pop("_wandb", None)
+    return config
+
+
+def _wandb_sessions(run: Path) -> list[list[Any]]:
+    """The records of each W&B offline session of the run (``<run>/wandb/offline-run-*/run-<id>.wandb``), oldest
+    first, once the last has its exit record."""
     from wandb.proto import wandb_internal_pb2
 
     def records(file: Path) -> list[wandb_internal_pb2.Record]:
@@ -63,19 +96,7 @@ def wandb_offline(run: Path) -> Points:
     while files and not any(r.WhichOneof("record_type") == "exit" for r in records(files[-1])):
         assert time.monotonic() < deadline, f"{files[-1]}: no exit record"
         time.sleep(0.05)
-    points: Points = defaultdict(list)
-    for file in files:
-        for record in records(file):
-            if record.WhichOneof("record_type") != "history":
-                continue
-            values = {
-                item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
-            }
-            step = values.get("trainer/global_step")
-            for key, value in values.items():
-                if not key.startswith("_") and key != "trainer/global_step" and isinstance(value, (int, float)):
-                    points[key].append((int(step), float(value)))
-    return dict(points)
+    return [records(file) for file in files]
 
 
 def _log_records(blob: bytes) -> list[bytes]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from lightning.pytorch.trainer import call
@@ -62,6 +63,12 @@ def attach_for_fit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: p
     if datamodule is not None:
         call._call_lightning_datamodule_hook(trainer, "prepare_data")
         call._call_lightning_datamodule_hook(trainer, "setup", stage="fit")
+
+
+def flat_hyperparameters(params: dict[str, Any] | Any) -> dict[str, Any]:
+    """Hyperparameters as Lightning's MLflow logger flattens them (``optimizer/init_args/lr``), for a logger that
+    should hold the same keys (``trackers/wandb_logger.py``): ``_convert_params`` and ``_flatten_dict`` are private."""
+    return _flatten_dict(_convert_params(params))
 
 
 def configured_optimizers(model: pl.LightningModule) -> tuple[list[Any], list[Any]]:

@@ -10,7 +10,8 @@ in ``runs/<experiment>/<run>/``, and ``runs`` and ``--ckpt_path last|best`` work
   is set), on ``tracking_uri`` (a server, ``sqlite:///...``) or, without one, the local store
   ``<trainer.default_root_dir>/mlruns``; the resolved config as parameters, the git commit and dirty flag as
   tags, ``config.yaml`` and ``provenance.yaml`` as artifacts, and the run's status at the end;
-- W&B: files in ``<run>/wandb/``, the project ``run.experiment`` unless ``project`` is set.
+- W&B: files in ``<run>/wandb/``, the project ``run.experiment`` unless ``project`` is set; its config holds
+  the keys MLflow's parameters hold (the resolved config, and the module's hyperparameters flattened alike).
 
 The tracker ids (MLflow's run id, W&B's id) are kept in ``provenance.yaml`` under ``trackers``; a resume
 (``--ckpt_path last``) continues the same tracked run, with each step logged once: TensorBoard and CSV drop

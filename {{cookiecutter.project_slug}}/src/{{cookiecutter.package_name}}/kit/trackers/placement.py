@@ -95,12 +95,7 @@ def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, kno
         client.set_tag(run_id, key, value)
     config = directory / "config.yaml"
     if config.is_file():
-        # Unset top-level keys (`optimizer: null`) left out: Lightning logs the model's hparams under bare names,
-        # and MLflow refuses a parameter logged twice with two values.
-        resolved = {
-            key: value for key, value in (yaml.safe_load(config.read_text()) or {}).items() if value is not None
-        }
-        logger.log_hyperparams(flat(resolved))
+        logger.log_hyperparams(config_params(yaml.safe_load(config.read_text()) or {}))
         client.log_artifact(run_id, str(config))
     record.on_end.append(lambda status: logger.end(status, [directory / "config.yaml", directory / "provenance.yaml"]))
     return logger
@@ -114,6 +109,7 @@ def _wandb(args: dict[str, Any], directory: Path, record: RunRecord | None, know
         for key, value in args.items()
         if key not in (*where, "anonymous", "experiment") and value is not None
     }
+    writer, config = record is not None and record.writer, directory / "config.yaml"
     logger = RunWandbLogger(
         directory,
         id=run_id,
@@ -124,8 +120,9 @@ def _wandb(args: dict[str, Any], directory: Path, record: RunRecord | None, know
         prefix=args.get("prefix", ""),
         checkpoint_name=args.get("checkpoint_name"),
         wandb_init=passed,
+        config=config_params(yaml.safe_load(config.read_text()) or {}) if writer and config.is_file() else None,
     )
-    if record is not None and record.writer:
+    if writer:
         record.data.setdefault("trackers", {})["wandb"] = {"id": run_id, "project": logger.name}
         record.on_end.append(lambda status: logger.end(status, []))
     return logger

@@ -15,11 +15,15 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from ..lightning_internals import flat_hyperparameters
+
 
 class RunWandbLogger(WandbLogger):
-    """W&B files in ``<run>/wandb/``, one W&B run id per run folder; a resume skips the steps W&B already has.
+    """W&B files in ``<run>/wandb/``, one W&B run id per run folder; a resume skips the steps W&B already has; the
+    W&B config holds the keys MLflow's parameters hold.
 
-    Lightning's would log again the steps the stopped session logged after its checkpoint (W&B cannot drop them).
+    Lightning's would log again the steps the stopped session logged after its checkpoint (W&B cannot drop them),
+    and gives W&B only the module's hyperparameters, nested, where MLflow gets the run's resolved config too, flat.
     """
 
     def __init__(
@@ -33,7 +37,13 @@ class RunWandbLogger(WandbLogger):
         prefix: str = "",
         checkpoint_name: str | None = None,
         wandb_init: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> None:
+        """``config``: the run's resolved config as flat parameters (``placement.config_params``), the W&B run's
+        config from its start; a ``config`` in ``wandb_init`` (the logger's own) is laid over it."""
+        wandb_init = dict(wandb_init or {})
+        if config:
+            wandb_init["config"] = {**config, **(wandb_init.get("config") or {})}
         super().__init__(
             name=name,
             save_dir=str(directory),
@@ -43,7 +53,7 @@ class RunWandbLogger(WandbLogger):
             log_model=log_model,
             prefix=prefix,
             checkpoint_name=checkpoint_name,
-            **(wandb_init or {}),  # the config's other `wandb.init` arguments (entity, tags, group, mode, ...)
+            **wandb_init,  # the config's other `wandb.init` arguments (entity, tags, group, mode, ...)
         )
         # Per metric, the last step the earlier sessions' offline files hold (what W&B has, even after a SIGKILL).
         self.skip = wandb_offline_steps(directory, id)
@@ -55,6 +65,12 @@ class RunWandbLogger(WandbLogger):
         run = super().experiment
         self.started = True
         return run
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Any) -> None:
+        """Flattened as MLflow's logger flattens them (``optimizer/init_args/lr``), where Lightning's W&B logger
+        would keep them nested."""
+        super().log_hyperparams(flat_hyperparameters(params))
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
