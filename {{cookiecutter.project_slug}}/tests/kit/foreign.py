@@ -14,6 +14,8 @@
   mid-epoch resume), with workers and augmentation.
 - ``OneCycleModule``: the schedule Lightning's docs show, ``OneCycleLR`` sized from
   ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
+- ``CompiledInSetup``: lightning-hydra-template's ``compile``: ``setup`` replaces the network by
+  ``torch.compile(self.net)`` when fitting, so the run's checkpoints hold ``_orig_mod.`` keys.
 - ``TwoSetsModule``/``TwoValidationSets``: two validation loaders, ``val/loss`` logged for each (Lightning names them
   ``val/loss/dataloader_idx_0`` and ``_1``).
 """
@@ -140,6 +142,17 @@ class OneCycleModule(HydraStyleModule):
         total = int(self.trainer.estimated_stepping_batches)
         scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.max_lr, total_steps=total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class CompiledInSetup(HydraStyleModule):
+    """The classifier, its network compiled in ``setup`` as lightning-hydra-template does it."""
+
+    def __init__(self, optimizer: OptimizerCallable = torch.optim.Adam, hidden: int = 16, compile: bool = True) -> None:
+        super().__init__(optimizer=optimizer, hidden=hidden)
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.compile and stage == "fit":
+            self.net = torch.compile(self.net)
 
 
 class BringsItsOwn(pl.LightningModule):

@@ -196,6 +196,50 @@ def test_checkpoint_of_another_model_exits_2_and_changes_nothing(
     assert digests(run_dir / "checkpoints") == before
 
 
+def test_a_checkpoint_of_the_network_compiled_in_setup_loads_uncompiled(
+    cli: ModuleType, run_dir: Path, tmp_path: Path
+) -> None:
+    # What a module that runs `self.net = torch.compile(self.net)` in `setup` writes (lightning-hydra-template): the
+    # kit compared it with the model before `setup` and refused it as "written by a different model".
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["state_dict"] = {
+        key.replace("net.", "net._orig_mod.", 1): v for key, v in checkpoint["state_dict"].items()
+    }
+    assert "net._orig_mod.0.weight" in checkpoint["state_dict"]
+    compiled = tmp_path / "compiled.ckpt"
+    torch.save(checkpoint, compiled)
+    original = run(cli, "validate", run_dir, "--ckpt_path=last").trainer.callback_metrics["val/loss"]
+    validated = run(cli, "validate", run_dir, f"--ckpt_path={compiled}")
+    assert validated.trainer.callback_metrics["val/loss"] == original  # the same weights, each in its place
+    resumed = run(cli, "fit", tmp_path / "resumed", f"--ckpt_path={compiled}")
+    assert resumed.trainer.global_step == 2 * STEPS_PER_EPOCH  # loaded, loops included: nothing left to train
+
+
+def test_a_model_loads_keys_with_or_without_orig_mod_as_it_holds_them() -> None:
+    compiled_keys = submodule("kit.safety.compiled_keys")
+
+    class Holder(torch.nn.Module):
+        def __init__(self, compiled: bool) -> None:
+            super().__init__()
+            net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+            self.net = torch.compile(net) if compiled else net  # compiles at the first call only: none here
+
+    plain, wrapped = Holder(compiled=False), Holder(compiled=True)
+    assert "net._orig_mod.0.weight" in wrapped.state_dict()
+    for source, target in ((plain, wrapped), (wrapped, plain)):
+        with torch.no_grad():
+            for parameter in source.parameters():
+                parameter.uniform_()
+        with pytest.raises(RuntimeError, match="Missing key"):
+            target.load_state_dict(source.state_dict())  # torch alone
+        compiled_keys.load_either_form(target)
+        target.load_state_dict(source.state_dict())
+        loaded = {compiled_keys.plain_key(key): value for key, value in target.state_dict().items()}
+        assert loaded.keys() == {compiled_keys.plain_key(key) for key in source.state_dict()}
+        for key, value in source.state_dict().items():
+            assert torch.equal(loaded[compiled_keys.plain_key(key)], value), key
+
+
 def test_last_with_nothing_to_resume_starts_fresh_for_fit_and_exits_2_otherwise(
     cli: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], lightning_log: list[str]
 ) -> None:

@@ -164,3 +164,22 @@ def test_two_validation_loaders_best_ckpt_follows_one_of_them(
     assert torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["epoch"] == values.index(min(values))
     if not flags:
         assert any(f"best_checkpoint: follows {monitor} (min)" in line for line in lightning_log)
+
+
+@pytest.mark.slow  # torch.compile: tens of seconds on a CPU
+def test_a_module_compiling_its_network_in_setup_resumes_and_validates(cli: ModuleType, in_tmp: Path) -> None:
+    # Its own checkpoints hold `_orig_mod.` keys, which the model has only after `setup`: the kit compared them with
+    # the model before, and refused the run's last.ckpt as "written by a different model".
+    run = Path("runs/foreign/compiled")
+    args = ["--model=foreign.CompiledInSetup", "--data=foreign.HydraStyleData", "--trainer.max_epochs=2"]
+    assert fit_exit_code(cli, run, *args, fault("SignalAtStep", step=3, signum=int(signal.SIGTERM))) == 143
+    assert "net._orig_mod.0.weight" in last_checkpoint(run)["state_dict"]
+    assert fit_exit_code(cli, run, "--config", str(run / "config.yaml"), "--ckpt_path=last") == 0
+    assert last_checkpoint(run)["global_step"] == 16  # 2 epochs of 128 samples in batches of 16
+    for ckpt_path in ("last", "best"):  # `validate` builds it uncompiled (`setup` compiles only to fit)
+        validated = cli.build_cli(["validate", "--config", str(run / "config.yaml"), f"--ckpt_path={ckpt_path}"])
+        assert validated.trainer.state.finished
+        assert "net.0.weight" in validated.model.state_dict()
+    export = ["export", "--config", str(run / "config.yaml"), "--ckpt_path=last", "--formats=[torch_export]"]
+    cli.build_cli([*export, "--output_dir=exported"])
+    assert Path("exported/model.pt2").is_file()

@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from ..lightning_internals import logged_names
 from ..text import plain
 from .boundaries import StepBoundary
+from .compiled_keys import plain_key
 from .digests import verify
 from .finite import listed, nonfinite_in_checkpoint
 
@@ -273,7 +274,8 @@ def read_checkpoint(path: str) -> dict[str, Any]:
 
 
 def check_checkpoint(path: str, model: torch.nn.Module) -> None:
-    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free, finite checkpoint of ``model``'s architecture.
+    """Raises ``ValueError`` unless ``path`` is a readable, pickle-free, finite checkpoint of ``model``'s architecture
+    (its keys compared without ``torch.compile``'s ``_orig_mod.``: see ``compiled_keys.py``).
 
     The message names the model that wrote it, and (a few of each, with their counts) the keys missing from the
     checkpoint, those the model does not have, and those of another shape.
@@ -284,7 +286,9 @@ def check_checkpoint(path: str, model: torch.nn.Module) -> None:
             f"checkpoint {path} holds NaN or Inf in {listed(bad)}: its numbers are no result to evaluate, export or"
             " resume from (a run of this kit never writes one; take an earlier checkpoint of its run)"
         )
-    saved, expected = checkpoint["state_dict"], model.state_dict()
+    # In plain form: a module that compiles its network in `setup` holds `_orig_mod.` keys only after it.
+    saved = {plain_key(key): value for key, value in checkpoint["state_dict"].items()}
+    expected = {plain_key(key): value for key, value in model.state_dict().items()}
     missing, unexpected = sorted(expected.keys() - saved.keys()), sorted(saved.keys() - expected.keys())
     resized = [f"{k} {_shape(saved[k])} vs {_shape(v)}" for k, v in expected.items() if _resized(saved, k, v)]
     if missing or unexpected or resized:
