@@ -122,6 +122,8 @@ class RankRecorder(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.record["num_workers"] = trainer.train_dataloader.num_workers
+        loaders = {"train": trainer.train_dataloader, "val": trainer.val_dataloaders}
+        self.record["start_methods"] = {stage: start_method(loader) for stage, loader in loaders.items()}
         self.record["epochs"].append({"targets": []})
 
     def on_train_batch_end(
@@ -135,6 +137,14 @@ class RankRecorder(pl.Callback):
         self.record["metrics"] = {key: float(value) for key, value in trainer.callback_metrics.items()}
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(self.record))
+
+
+def start_method(loader: Any) -> str | None:
+    """How ``loader`` starts its workers (``fork``, ``forkserver``, ``spawn``), or ``None`` without workers."""
+    if getattr(loader, "num_workers", 0) == 0:
+        return None
+    context = loader.multiprocessing_context
+    return context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
 
 
 class _NanBackward(torch.autograd.Function):

@@ -1,7 +1,9 @@
-"""DDP with 2 CPU processes (gloo), launched like a user would: one command, checked from its outputs.
+"""DDP with 2 CPU processes (gloo) and 2 loader workers each, launched like a user would: one command, checked from
+its outputs.
 
 One run of the fixture task serves every check: its checkpoint, weights equal to a 1-process run with the
-same global batch, each process's shard per epoch, metrics synchronised across processes, the logged LR.
+same global batch, each process's shard per epoch, metrics synchronised across processes, the logged LR, and how
+the workers started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import probes
 import pytest
 import torch
 import yaml
-from support import PACKAGE, launch
+from support import PACKAGE, launch, submodule
 
 pytestmark = pytest.mark.slow  # two processes
 STEPS = 16  # 2 epochs x 8 batches per process (256 sequences / 2 processes / 16 per batch)
@@ -28,6 +30,7 @@ COMMON = [
     "--model.init_args.dropout=0.0",
     "--data.init_args.augment=false",
 ]
+WORKERS = "--data.init_args.num_workers=2"  # they change no number: the kit seeds the data per batch
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("ddp")
     flags = ["--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
     recorder = ["--trainer.callbacks+=probes.RankRecorder", "--trainer.callbacks.directory=ranks"]
-    result = launch(PACKAGE, "fit", *flags, *COMMON, *recorder, cwd=cwd)
+    result = launch(PACKAGE, "fit", *flags, *COMMON, WORKERS, *recorder, cwd=cwd)
     assert result.returncode == 0, result.stdout[-5000:]
     return cwd
 
@@ -86,6 +89,13 @@ def test_each_process_reads_its_own_shard_which_changes_every_epoch(ddp_run: Pat
     for shard in shards:
         assert shard[0] != shard[1]  # set_epoch was called: a new order every epoch ...
         assert set(shard[0]) != set(shard[1])  # ... and a new shard
+
+
+def test_workers_start_from_a_fork_server_where_a_fork_can_hang(ddp_run: Path) -> None:
+    # CPython gh-112275 (before 3.10.15 and 3.11.10): see kit/safety/worker_start.py.
+    expected = "forkserver" if submodule("kit.safety.worker_start").fork_can_hang() else "fork"
+    for record in ranks(ddp_run):
+        assert record["start_methods"] == {"train": expected, "val": expected}
 
 
 def test_metrics_logged_with_sync_dist_agree_across_processes(ddp_run: Path) -> None:

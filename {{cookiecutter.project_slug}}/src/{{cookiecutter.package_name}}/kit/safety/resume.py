@@ -29,6 +29,7 @@ from ..lightning_internals import (
 from .resumable_data import is_stateful, make_resumable, own_generators
 from .rng_state import collect_rng_state, restore_rng_state
 from .stateful_loaders import draws_unsaved, keep_worker_rngs
+from .worker_start import start_safely
 
 
 class ExactResume(Callback):
@@ -40,7 +41,8 @@ class ExactResume(Callback):
     saves its own position (torchdata's ``StatefulDataLoader``) is kept, its workers' RNG states added to what it
     saves (``keep_worker_rngs``); what cannot be added is in that warning too. The
     validation, test and predict loaders get a generator of their own (``own_generators``), so that making their
-    iterators never draws from the global RNG that dropout uses.
+    iterators never draws from the global RNG that dropout uses. Under DDP, every loader's workers start where they
+    cannot hang (``worker_start.start_safely``).
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
     stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
@@ -61,8 +63,11 @@ class ExactResume(Callback):
         self._warned = False
         source = trainer.datamodule if trainer.datamodule is not None else pl_module
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        processes = trainer.world_size
         for offset, hook in enumerate(("val_dataloader", "test_dataloader", "predict_dataloader"), start=1):
-            self._wrap(source, hook, lambda loaders, seed=seed + offset: own_generators(loaders, seed))
+            self._wrap(
+                source, hook, lambda loaders, seed=seed + offset: start_safely(own_generators(loaders, seed), processes)
+            )
         # overfitting: Lightning replaces the train sampler with a sequential one itself
         if stage == "fit" and trainer.overfit_batches == 0:
             self._wrap(source, "train_dataloader", lambda loaders: self._resumable(trainer, loaders))
@@ -80,6 +85,7 @@ class ExactResume(Callback):
             sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
         loaders, kept = make_resumable(loaders, seed, **sharding)
+        loaders = start_safely(loaders, trainer.world_size)
         unsaved = keep_worker_rngs(loaders)
         if (kept or unsaved) and not self._warned:
             self._warned = True

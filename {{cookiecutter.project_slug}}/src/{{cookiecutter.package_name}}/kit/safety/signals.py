@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from . import fork_guard, worker_shield  # noqa: F401 (fork_guard installs itself: workers start under DDP)
+from . import worker_shield
 
 STOPS: dict[int, str] = {
     signal.SIGTERM: "preempted",  # 143

@@ -9,7 +9,8 @@ While ``shielding()`` is active, every process forked from this one (what torch'
 makes of a DataLoader worker) starts with the stop signals blocked, before any of its own code runs, and a
 thread of the worker takes them: SIGTERM from its parent (torch's way of ending a worker) still ends it, and
 signals from anyone else are dropped. The main process decides when to stop; its loaders then end their workers
-as usual. Not covered: workers started with ``spawn`` or ``forkserver`` (``multiprocessing_context``).
+as usual. Workers that the kit starts from a fork server (under DDP on some Pythons: ``worker_start.py``) are
+shielded the same way (``fork_server.py``); those a loader starts with ``spawn`` or its own ``forkserver`` are not.
 """
 
 from __future__ import annotations
@@ -55,15 +56,15 @@ def _after_fork_in_child() -> None:
         return
     parent = _forking.pop()
     _active = 0  # the child's own children are not shielded
-    threading.Thread(target=_take_signals, args=(parent,), name="stop-signal-shield", daemon=True).start()
+    threading.Thread(target=take_signals, args=(parent,), name="stop-signal-shield", daemon=True).start()
 
 
-def _take_signals(parent: int) -> None:
-    """Runs in the shielded child: the blocked signals arrive here, one at a time."""
+def take_signals(owner: int) -> None:
+    """Runs in a shielded worker: the blocked signals arrive here, one at a time; SIGTERM from ``owner`` ends it."""
     while True:
         received = signal.sigwaitinfo(SHIELDED)
-        if received.si_signo == signal.SIGTERM and received.si_pid == parent:
-            os._exit(0)  # the parent ends its worker: torch's worker handler does the same
+        if received.si_signo == signal.SIGTERM and received.si_pid == owner:
+            os._exit(0)  # the owner ends its worker: torch's worker handler does the same
 
 
 if hasattr(os, "register_at_fork") and hasattr(signal, "sigwaitinfo"):  # POSIX; elsewhere nothing is shielded
