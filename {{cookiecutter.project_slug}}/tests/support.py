@@ -46,9 +46,15 @@ def submodule(name: str) -> ModuleType:
 
 
 def launch(
-    package: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600
+    package: str,
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    wrapper: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Runs ``python -m <package> *args`` in ``cwd``; stdout and stderr together are the result's ``stdout``.
+    ``wrapper``: a command that runs it, as people start jobs (``("nohup",)``).
 
     ``tests/`` and ``tests/kit/`` are on ``PYTHONPATH``, so callbacks of ``probes.py`` and ``faults.py`` and the
     fixture task named on the command line import in every process (DDP ones too). Output goes to
@@ -60,7 +66,7 @@ def launch(
     log = cwd / "out.log"
     with open(log, "w") as out:
         process = subprocess.run(
-            [sys.executable, "-m", package, *args],
+            [*wrapper, sys.executable, "-m", package, *args],
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,

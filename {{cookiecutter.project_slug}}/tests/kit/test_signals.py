@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from faults import fault
-from support import assert_identical, fit_exit_code, last_checkpoint, run_dir_flags
+from support import PACKAGE, assert_identical, fit_exit_code, last_checkpoint, launch, run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches; 4 validation batches per epoch
@@ -112,3 +112,14 @@ def test_ctrl_c_outside_fit_exits_130(cli: ModuleType, straight: Path) -> None:
     with pytest.raises(SystemExit) as stopped:
         cli.build_cli(["validate", *run_dir_flags(straight), "--ckpt_path=last", interrupt])
     assert stopped.value.code == 130
+
+
+def test_nohup_keeps_sighup_ignored_and_the_run_goes_on(tmp_path: Path) -> None:
+    # `nohup <package> fit ... &`, then the terminal closes: SIGHUP reaches the run, which nohup started ignoring it.
+    run = tmp_path / "runs" / "fixture" / "nohup"
+    hangup = fault("SignalAtStep", step=5, signum=int(signal.SIGHUP))
+    done = launch(PACKAGE, "fit", *run_dir_flags(run), hangup, cwd=tmp_path, wrapper=("nohup",))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "SIGHUP ignored as this command started (nohup, or a background job): they will not stop it" in done.stdout
+    assert last_checkpoint(run)["global_step"] == STEPS
+    assert statuses(run) == ["finished"]

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import lightning.pytorch as pl
 import yaml
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import CLIInternals, FitKeepsItsModel
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
@@ -188,6 +189,11 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
         with STOP.installed(), self.session.watching():
+            if STOP.ignored:  # the shell's convention wins: nohup's SIGHUP, a background job's SIGINT
+                rank_zero_info(
+                    f"{' and '.join(STOP.ignored)} ignored as this command started (nohup, or a background"
+                    " job): they will not stop it"
+                )
             try:
                 run()
             except BaseException as error:

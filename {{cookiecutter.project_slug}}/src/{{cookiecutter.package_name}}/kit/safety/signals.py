@@ -9,7 +9,9 @@ step. A second Ctrl-C stops at once. ``worker_shield`` keeps the DataLoader work
 killed by the job's signal would otherwise crash the run before it can save.
 
 Each signal ends a command with the shell's code for it, ``128 + signal number``, and a status in the run's
-provenance (``STOPS``).
+provenance (``STOPS``). A signal that was ignored when the command started stays ignored, as the shell convention
+has it: ``nohup`` ignores SIGHUP so that a closed terminal does not end the job, and a shell script's background
+job (``&``) ignores SIGINT. ``ignored`` names them, for the one line the command line prints.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.pending: int | None = None  # the first stop signal received while installed
         self.acted = False  # a safe point has acted on it (``consume``)
+        self.ignored: list[str] = []  # stop signals ignored when the outermost block began, left so
         self._previous: dict[int, Any] = {}
         self._depth = 0
 
@@ -75,7 +78,9 @@ class StopSignals:
         main = threading.current_thread() is threading.main_thread()
         if main and self._depth == 0:
             self.pending, self.acted = None, False
-            self._previous = {signum: signal.signal(signum, self._record) for signum in STOPS}
+            taken = [signum for signum in STOPS if signal.getsignal(signum) is not signal.SIG_IGN]
+            self.ignored = [signal.Signals(signum).name for signum in STOPS if signum not in taken]
+            self._previous = {signum: signal.signal(signum, self._record) for signum in taken}
         self._depth += 1
         try:
             with worker_shield.shielding():
