@@ -25,6 +25,7 @@ from support import run_dir_flags, submodule
 
 checkpoint_io = submodule("kit.safety.checkpoint_io")
 checkpoints = submodule("kit.safety.checkpoints")
+monitor_mode = submodule("kit.safety.monitor_mode")
 STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 
@@ -67,7 +68,7 @@ def run_dir(trained: Path, tmp_path: Path) -> Path:
     ],
 )
 def test_the_mode_is_read_from_the_metric_s_name(names: list[str], mode: str | None) -> None:
-    assert {name: checkpoints.metric_mode(name) for name in names} == dict.fromkeys(names, mode)
+    assert {name: monitor_mode.metric_mode(name) for name in names} == dict.fromkeys(names, mode)
 
 
 def test_the_mode_follows_the_monitor_and_a_contradicting_one_is_refused() -> None:

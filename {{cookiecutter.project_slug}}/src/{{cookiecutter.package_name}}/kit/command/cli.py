@@ -21,7 +21,6 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import CLIInternals, FitKeepsItsModel
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
-from ..safety.compiled_keys import load_either_form
 from ..safety.signals import STOP
 from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
@@ -115,7 +114,6 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
 
     def after_instantiate_classes(self) -> None:
         drop_unlanded_links(self.project.links, {"model": self.model, "data": self.datamodule})
-        load_either_form(self.model)  # a checkpoint of the model compiled (`_orig_mod.` keys) or not: see compiled_keys
         try:
             check_trainer(self.trainer)
             if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)

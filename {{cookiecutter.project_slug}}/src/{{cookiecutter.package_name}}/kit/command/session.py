@@ -25,6 +25,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
+from ..safety.compiled_keys import load_either_form
 from ..trackers.placement import in_run
 from .provenance import Provenance, RunRecord, describe_origin
 from .resume_keys import changed_keys
@@ -49,12 +50,14 @@ class RunSession:
     def prepare(
         self, run: RunDirectory, trainer_config: dict[str, Any], ckpt_path: str | None, model: pl.LightningModule
     ) -> str | None:
-        """Decides the run folder and the checkpoint, creates the folder for ``fit``; returns the checkpoint to load.
+        """Decides the run folder and the checkpoint, creates the folder for ``fit``; returns the checkpoint to load
+        (which ``model`` loads with or without ``torch.compile``'s ``_orig_mod.`` in its keys: ``compiled_keys.py``).
 
         Raises ``ValueError`` for a checkpoint that cannot be used or a run that would be overwritten. Only the
         process of global rank 0 creates a run (the one Lightning's DDP launcher starts the others from): other
         processes get its directory through ``trainer.log_dir``, which Lightning broadcasts.
         """
+        load_either_form(model)  # its checkpoints' keys with or without torch.compile's `_orig_mod.`
         # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
         fitting = self.subcommand == "fit" and not trainer_config.get("fast_dev_run")
         writer = is_global_zero_process()

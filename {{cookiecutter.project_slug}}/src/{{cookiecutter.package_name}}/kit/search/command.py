@@ -27,7 +27,7 @@ from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
 from ..command.project import Project
-from ..safety.checkpoints import checked_mode
+from ..safety.monitor_mode import checked_mode
 from .launch import run_workers
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
