@@ -36,6 +36,7 @@ from .bad_input import (
 from .config_files import ConfigFile, refused_config_files
 from .project import Project, drop_unlanded_links
 from .provenance import drawn_seed
+from .run_config import CONFIG, follow_the_folder, newest_evaluated_run, with_config_first
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
@@ -91,7 +92,14 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
-        if problem := refused_parse(config):
+        words = [str(arg) for arg in given]
+        if (run := newest_evaluated_run(subcommand, config, words)) is not None:  # its own config, not the example's
+            rank_zero_info(
+                f"{subcommand}: the newest run with a {config.ckpt_path}.ckpt is {run}: its config.yaml first"
+            )
+            self.config = parser.parse_args(with_config_first(words, str(subcommand), run / CONFIG))
+            config = self.config[subcommand]
+        if problem := refused_parse(config) or follow_the_folder(config, words):
             parser.error(problem)
         if config.get("seed_everything") is True:  # Lightning 2.6 seeds 0 for `true` (see drawn_seed)
             config["seed_everything"] = drawn_seed()
