@@ -236,7 +236,9 @@ NON_DEFAULT = {
 
 
 def files_of(project: Path) -> set[str]:
-    return {str(path.relative_to(project)) for path in project.rglob("*") if path.is_file()}
+    """The project's files, relative; not those of its git repository (``.git/``, made by the post-generation hook)."""
+    names = (path.relative_to(project) for path in project.rglob("*") if path.is_file())
+    return {str(name) for name in names if name.parts[0] != ".git"}
 
 
 def ruff(project: Path, *args: str) -> subprocess.CompletedProcess[str]:

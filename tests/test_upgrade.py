@@ -178,8 +178,8 @@ def expected_files(fresh: Path) -> dict[str, bytes]:
     files = {
         str(path.relative_to(fresh)): path.read_bytes()
         for path in fresh.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+        if path.is_file() and "__pycache__" not in path.parts and path.relative_to(fresh).parts[0] != ".git"
+    }  # the fresh bake's own repository (the post-generation hook's) is not among them
 
     def edited(name: str, old: str, new: str) -> None:
         text = files[name].decode()
