@@ -24,6 +24,7 @@ class SignalAtStep(Callback):
     ``hook="end"`` sends it when that batch ends, ``"start"`` before the batch runs. With gradient accumulation
     several batches share a step: with ``hook="end"``, batch 1 is the one whose optimizer step just happened.
     ``repeat`` sends it that many times in a row (a second Ctrl-C). ``pid``: another process to signal (a server).
+    ``rank``: only the process of that global rank signals (``-1``: every one).
     """
 
     def __init__(
@@ -34,9 +35,10 @@ class SignalAtStep(Callback):
         hook: str = "end",
         repeat: int = 1,
         pid: int | None = None,
+        rank: int = -1,
     ) -> None:
         self.step, self.signum, self.batch, self.hook, self.repeat = step, signum, batch, hook, repeat
-        self.pid = pid
+        self.pid, self.rank = pid, rank
         self._seen = 0
 
     def on_train_batch_start(
@@ -52,7 +54,7 @@ class SignalAtStep(Callback):
             self._count(trainer)
 
     def _count(self, trainer: pl.Trainer) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (-1, trainer.global_rank):
             self._seen += 1
             if self._seen == self.batch:
                 for _ in range(self.repeat):

@@ -1,7 +1,8 @@
 """Stopping DDP runs as clusters do: a signal to every rank, to one torchrun "node" of two, and SLURM's requeue
 signal to the tasks of a 2-task job. Every process stops at the same step, the checkpoint is written once, all
 exit within ``EXIT_BOUND_S``, and the resume ends bit-identical to a 2-process run that never stopped. (The
-fault matrix covers a signal to rank 0 and to the process group.)"""
+fault matrix covers a signal to rank 0 and to the process group.) And a process lost for good (SIGKILL): one line
+names it, and the last checkpoint is kept."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from faults import fault
-from support import ROOT, TESTS, last_checkpoint, run_dir_flags
+from support import PACKAGE, ROOT, child_path, last_checkpoint, launch, run_dir_flags
 from test_fault_matrix import EXIT_BOUND_S, assert_same_training, finish, group_gone_at, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -34,8 +35,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def environment(**extra: str) -> dict[str, str]:
-    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])
-    return {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", **extra}
+    return {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", **extra}
 
 
 def statuses(run: Path) -> list[tuple[str, str | None]]:
@@ -156,3 +156,17 @@ def test_slurm_requeue_signal_to_both_tasks_stops_requeues_and_the_requeued_job_
     assert requeued.returncode == 0, requeued.stderr[-3000:]
     assert_same_training(last_checkpoint(run), straight)
     assert statuses(run) == [("preempted", "SIGUSR1"), ("finished", None)]
+
+
+def test_a_process_killed_for_good_is_named_in_one_line_and_the_last_checkpoint_kept(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "fixture" / "lost"
+    kill = fault("SignalAtStep", step=10, signum=int(signal.SIGKILL), rank=1)  # in epoch 2: last.ckpt is at step 8
+    done = launch(PACKAGE, "fit", *DDP, *run_dir_flags(run), kill, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "Traceback" not in done.stdout, done.stdout[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"error: process 1 of 2 (local rank 1) killed by SIGKILL at step 10: the run stopped, its record says failed;"
+        f" {run}/checkpoints/last.ckpt is kept: continue with --ckpt_path last"
+    )
+    assert statuses(run) == [("failed", None)]
+    assert last_checkpoint(run)["global_step"] == 8

@@ -20,7 +20,8 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import CLIInternals, FitKeepsItsModel
-from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, checkpoint_dir
+from ..safety.lost_process import lost_process
 from ..safety.signals import STOP
 from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
@@ -211,6 +212,9 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
                     self._refuse(error)
                 self.session.end(error)
                 self.session.exit_if_folder_gone(str(self.subcommand))
+                last = checkpoint_dir(self.trainer) / "last.ckpt" if self.subcommand == "fit" else None
+                if lost := lost_process(self.trainer, error, last):
+                    sys.exit(f"error: {lost}")
                 raise
         self.session.end(None)
 
