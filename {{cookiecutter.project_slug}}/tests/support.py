@@ -61,8 +61,7 @@ def launch(
     ``cwd/out.log``, not a pipe: DataLoader workers of a killed process hold a pipe open until they notice their
     parent is gone, which would keep the caller waiting.
     """
-    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
-    environment = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **(env or {})}
+    environment = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", **(env or {})}
     log = cwd / "out.log"
     with open(log, "w") as out:
         process = subprocess.run(
@@ -74,6 +73,12 @@ def launch(
             timeout=timeout,
         )
     return subprocess.CompletedProcess(process.args, process.returncode, log.read_text(), "")
+
+
+def child_path() -> str:
+    """``PYTHONPATH`` for a process a test starts: ``tests/`` and ``tests/kit/`` (probes, faults, the fixture task),
+    then what this process was given (a package put first on the path stays first)."""
+    return os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
 
 
 def config_flags(*presets: str) -> list[str]:

@@ -3,14 +3,15 @@
 {signal} x {main pid, process group} x {0, 2, 2 persistent loader workers} x {train step, validation, checkpoint
 write} x {1 process, 2 DDP processes}, and each 2-process cell again with a module that runs its own collective at
 epoch end (``fixture_task.CollectiveRegressor``: a torchmetrics ``MetricCollection`` logged with ``sync_dist=True``,
-as teams write it; the kit's own reads of the metrics must meet it in the same order on every process). Each cell starts ``fit`` of the fixture task in a session of its own (as
-``setsid``), has another process signal it (``kill -s SIG <pid>`` or ``kill -s SIG -- -<pgid>``) at the phase, and
-checks: the exit code (128 + signal), that every process of the job is gone within ``EXIT_BOUND_S`` of the signal,
-``last.ckpt`` at the stop (loadable with ``weights_only``), the status and signal in ``provenance.yaml``, and that
-``fit --ckpt_path last`` then ends bit-identical to a run that never stopped.
+as teams write it; the kit's own reads of the metrics must meet it in the same order on every process). Each cell
+starts ``fit`` of the fixture task in a session of its own (as ``setsid``), has another process signal it (``kill -s
+SIG <pid>`` or ``kill -s SIG -- -<pgid>``) at the phase, and checks: the exit code (128 + signal), that every
+process of the job is gone within ``EXIT_BOUND_S`` of the signal, ``last.ckpt`` at the stop (loadable with
+``weights_only``), the status and signal in ``provenance.yaml``, and that ``fit --ckpt_path last`` then ends
+bit-identical to a run that never stopped.
 
-``make test`` runs ``SLICE``, which covers every signal, target, phase, worker setting and process count at
-least once; ``make test-faults`` runs every cell (``pytest --faults``).
+``make test`` runs ``SLICE``, which covers every signal, target, phase, worker setting and process count at least
+once; ``make test-faults`` runs every cell (``pytest --faults``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from faults import fault
-from support import PACKAGE, TESTS, assert_identical, last_checkpoint, run_dir_flags
+from support import PACKAGE, assert_identical, child_path, last_checkpoint, run_dir_flags
 
 pytestmark = pytest.mark.slow
 
@@ -66,9 +67,8 @@ def cell_params() -> list[Any]:
 
 def start(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
     """``python -m <package> fit *args`` in a new session (its own process group), output to ``cwd/out.log``."""
-    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])
     # faulthandler: a process that hangs prints where each of its threads is when the test aborts it.
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
     env["PYTHONFAULTHANDLER"] = "1"
     with open(cwd / "out.log", "ab") as log:
         return subprocess.Popen(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import PACKAGE, ROOT, TESTS, run_dir_flags
+from support import PACKAGE, ROOT, child_path, run_dir_flags
 
 FLAGS = ["fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
 
@@ -25,13 +25,12 @@ def free_port() -> int:
 def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> None:
     # One thread per process in both runs: Lightning gives each process cpus / local processes threads,
     # and a different thread count changes the order of float sums.
-    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])  # the fixture task, in every process
     env = {
         **os.environ,
         "PYTHONWARNINGS": "ignore",
         "OMP_NUM_THREADS": "1",
         "PYTHON": sys.executable,
-        "PYTHONPATH": path,
+        "PYTHONPATH": child_path(),  # the fixture task, in every process
     }
     one_node = [sys.executable, "-m", PACKAGE, *FLAGS, "--trainer.devices=2", *run_dir_flags("runs/fixture/one")]
     single = subprocess.run(one_node, env=env, capture_output=True, text=True, timeout=300)

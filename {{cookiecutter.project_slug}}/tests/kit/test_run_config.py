@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import yaml
 from faults import fault
-from support import fit_exit_code, last_checkpoint, refused, run_dir_flags
+from support import fit_exit_code, last_checkpoint, refused
 
 SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 8 steps in the fixture's 2 epochs
 TEAM_MODEL = ["--model=fixture_task.CollectiveRegressor", "--model.init_args.hidden=8"]  # not the default config's
@@ -64,9 +64,7 @@ def test_a_flag_naming_another_run_than_the_config_folder_is_refused(
     assert statuses(stopped) == statuses(copy) == ["preempted"]
 
 
-def test_validate_best_takes_the_newest_run_of_any_experiment_with_its_own_model(
-    cli: ModuleType, in_tmp: Path
-) -> None:
+def test_validate_best_takes_the_newest_run_of_any_experiment_with_its_own_model(cli: ModuleType, in_tmp: Path) -> None:
     # A team's own model in its own experiment; the default config names another model and experiment.
     team = in_tmp / "runs" / "team" / "narrow"
     assert fit_exit_code(cli, team, *SHORT, *TEAM_MODEL) == 0

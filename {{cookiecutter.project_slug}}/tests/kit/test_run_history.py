@@ -21,7 +21,7 @@ import pytest
 import torch
 import yaml
 from faults import fault
-from support import PACKAGE, TESTS, digest, refused, run_dir_flags
+from support import PACKAGE, child_path, digest, refused, run_dir_flags
 
 SOURCE = Path("runs/fixture/source")
 STEP_LR = "--model.init_args.schedule=step"  # by epoch: a run may go on for more epochs (a one-cycle one may not)
@@ -90,8 +90,7 @@ def test_a_resume_honours_the_trainer_and_refuses_another_model_naming_the_keys(
 
 
 def start_fit(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
-    path = os.pathsep.join([str(TESTS), str(TESTS / "kit")])
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore"}
     with open(cwd / "first.log", "wb") as log:
         return subprocess.Popen([sys.executable, "-m", PACKAGE, "fit", *args], cwd=cwd, env=env, stdout=log, stderr=log)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 from faults import fault
-from support import ROOT, TESTS
+from support import ROOT, child_path
 
 RUN = Path("runs/fixture/slurm-4242")  # the fixture's experiment, then the run the script names after the job
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches
@@ -47,7 +47,7 @@ def job_env(in_tmp: Path) -> dict[str, str]:
         **JOB,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS / "kit")]),  # faults.SignalAtStep, the fixture task
+        "PYTHONPATH": child_path(),  # faults.SignalAtStep, the fixture task
         "PYTHONWARNINGS": "ignore",
         "SCONTROL_LOG": str(in_tmp / "scontrol.log"),
     }
