@@ -81,7 +81,7 @@ def test_ckpt_path_last_and_best_find_the_newest_run_that_has_the_file(
     assert len(folders()) == 2
     with pytest.raises(RuntimeError, match="injected crash"):
         run_cli("fit", *three_epochs, "--ckpt_path=last", fault("RaiseAtStep", step=10))
-    assert f"Resuming run {older} from {older / 'checkpoints' / 'last.ckpt'}" in lightning_log
+    assert f"Run {older}: resumed from {older / 'checkpoints' / 'last.ckpt'}, seed 42" in lightning_log
     assert torch.load(older / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
     # A path to a run's checkpoint continues that run too, in its own folder.
     finished = run_cli("fit", *three_epochs, f"--ckpt_path={older / 'checkpoints' / 'last.ckpt'}")

@@ -20,6 +20,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import CLIInternals, FitKeepsItsModel
+from ..observe.first_screen import quiet_lightning
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, checkpoint_dir
 from ..safety.lost_process import lost_process
 from ..safety.signals import STOP
@@ -27,7 +28,6 @@ from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .bad_input import (
     BadInputError,
-    OneLineErrorParser,
     RunFiles,
     SetupPhase,
     describe,
@@ -35,6 +35,7 @@ from .bad_input import (
     refused_parse,
 )
 from .config_files import ConfigFile, refused_config_files
+from .help_text import Formatter, HelpfulParser, subcommand_help
 from .project import Project, drop_unlanded_links
 from .provenance import drawn_seed
 from .run_config import CONFIG, follow_the_folder, newest_evaluated_run, with_config_first
@@ -149,7 +150,11 @@ class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI)
         arguments = self.config_init[self.subcommand] if self.subcommand else self.config_init
         try:
             ckpt_path = session.prepare(
-                self.config_value(self.config_init, "run"), config, arguments.get("ckpt_path"), self.model
+                self.config_value(self.config_init, "run"),
+                config,
+                arguments.get("ckpt_path"),
+                self.model,
+                arguments.get("seed_everything"),
             )
             if self.subcommand == "fit":
                 dumped = yaml.safe_load(self.subcommand_parser("fit").dump(self.config["fit"], skip_none=False))
@@ -247,6 +252,7 @@ def build_cli(
     ``project``: the project's links and starting configs (its ``cli.py``); none: no links, only ``default.yaml``.
     """
     project = project or Project()
+    quiet_lightning()  # Lightning's lines about itself (observe/first_screen.py)
     given = sys.argv[1:] if args is None else [str(arg) for arg in args] if isinstance(args, (list, tuple)) else []
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.
@@ -254,19 +260,29 @@ def build_cli(
     only = next((arg for arg in given if arg in every_subcommand()), None) if run else None
     # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
     epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
-    main_parser = {"allow_abbrev": False, "prog": PACKAGE, "epilog": epilog} if run else settings
+    description = f"{PACKAGE}: trains and evaluates this project's runs; `{PACKAGE} <subcommand> --help` for each."
+    main_parser = {"allow_abbrev": False, "prog": PACKAGE, "epilog": epilog, "description": description}
+    main_parser = main_parser if run else settings
+    main_parser["formatter_class"] = Formatter  # the subcommands' parsers take their parent's
     return cli_class(
         pl.LightningModule,
         None,  # any LightningDataModule, or none (`--data null`): a module that brings its own loaders
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_class=ProjectTrainer,
-        parser_class=OneLineErrorParser,
+        parser_class=HelpfulParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
         auto_configure_optimizers=True,  # `--optimizer Adam --lr_scheduler StepLR`, as Lightning's CLI docs show
         save_config_callback=None,  # the run's config is written once, by the fit that creates the run
-        parser_kwargs={**main_parser, **{name: dict(settings) for name in every_subcommand() if only in (None, name)}},
+        parser_kwargs={
+            **main_parser,
+            **{
+                name: {**settings, **subcommand_help(PACKAGE, name)}
+                for name in every_subcommand()
+                if only in (None, name)
+            },
+        },
         args=args,
         run=run,
         project=project,

@@ -24,6 +24,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
+from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
 from ..trackers.placement import in_run
@@ -46,9 +47,16 @@ class RunSession:
     origin: dict[str, Any] | None = None  # epoch, step and provenance of the checkpoint it loads
     directory: Path = field(default_factory=Path)
     lock: RunLock | None = None  # held by the process that writes the run (fit, global rank 0)
+    trainer: pl.Trainer | None = None  # set when the session starts (fit)
+    program: str = ""  # the command's program, for the commands of the closing block
 
     def prepare(
-        self, run: RunDirectory, trainer_config: dict[str, Any], ckpt_path: str | None, model: pl.LightningModule
+        self,
+        run: RunDirectory,
+        trainer_config: dict[str, Any],
+        ckpt_path: str | None,
+        model: pl.LightningModule,
+        seed: object = None,
     ) -> str | None:
         """Decides the run folder and the checkpoint, creates the folder for ``fit``; returns the checkpoint to load
         (which ``model`` loads with or without ``torch.compile``'s ``_orig_mod.`` in its keys: ``compiled_keys.py``).
@@ -86,9 +94,12 @@ class RunSession:
             self.lock = RunLock(self.directory)  # a new run: held against a resume that would start meanwhile
             self.lock.acquire()
         if plan.resumed:
-            rank_zero_info(f"Resuming run {self.directory} from {plan.ckpt_path}")
+            how = f"resumed from {plan.ckpt_path}"
         elif plan.parent is not None:
-            rank_zero_info(f"New run {self.directory} from {plan.ckpt_path}; {plan.parent} is left as it is")
+            how = f"new, from {plan.ckpt_path} ({plan.parent} is left as it is)"
+        else:
+            how = "new" if plan.create else "started"
+        rank_zero_info(run_line(self.directory, how, seed))  # the command's first line
         self.record = RunRecord(self.directory, writer)
         if plan.parent is not None and self.origin is not None:
             self.record.data.setdefault("parent", _parent(plan.parent, plan.ckpt_path, self.origin))
@@ -157,11 +168,15 @@ class RunSession:
         if self.record is not None:
             seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
             self.record.start_session(trainer, command, seed, ckpt_path)
+            self.trainer, self.program = trainer, command[0]
 
     def end(self, error: BaseException | None) -> None:
         """Records how this session ended (``None``: it finished), and gives the run's lock back."""
         if self.record is not None and not self.folder_gone():
             self.record.end_session(error)
+            if self.record.writer and self.trainer is not None and self.record.data["sessions"]:
+                session = self.record.data["sessions"][-1]
+                rank_zero_info(closing_block(self.program, self.directory, self.trainer, session))
         self.release()
 
     @contextlib.contextmanager
