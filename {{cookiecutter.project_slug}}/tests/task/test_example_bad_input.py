@@ -22,6 +22,8 @@ SMALL_DEBUG = [f"--config={CONFIGS / name}.yaml" for name in SMALL_RUN]
             ["model: Classifier (", "scheduler: warmup_fraction must be in [0, 1], got 1.5"],
         ),
         ("--data.init_args.image_size=1", ["model: Classifier (", "image size 1x1 must be divisible by"]),
+        # Built without complaint, then a 100-line traceback from the first forward.
+        ("--model.init_args.network.init_args.widths=[0]", ["model: Classifier (", "widths must be channel counts"]),
         ("--data.init_args.num_classes=1", ["data: GratingsDataModule (", "num_classes must be >= 2, got 1"]),
         ("--data.init_args.num_workers=-1", ["data: GratingsDataModule (", "num_workers must be >= 0 or null"]),
         ("--data.init_args.train_size=16", ["data: GratingsDataModule (", "train_size=16 is smaller than batch_size"]),

@@ -33,6 +33,8 @@ def test_networks_do_not_import_lightning(networks: ModuleType) -> None:
     [
         ("ConvNet", {"input_shape": (1, 30, 30), "widths": (8, 8)}, "divisible by 2\\*\\*len\\(widths\\)=4"),
         ("ConvNet", {"widths": ()}, "at least one stage"),
+        ("ConvNet", {"widths": (16, 0)}, "widths must be channel counts >= 1, got \\[16, 0\\]"),
+        ("TransformerClassifier", {"dim": 0}, "patch_size, dim and heads must be >= 1, got 7, 0 and 4"),
         ("ConvNet", {"norm": "layer"}, "norm must be 'batch' or 'group'"),
         ("TransformerClassifier", {"patch_size": 5}, "patch_size=5 must divide the image size 28x28"),
         ("TransformerClassifier", {"dim": 30, "heads": 4}, "dim=30 must be divisible by heads=4"),

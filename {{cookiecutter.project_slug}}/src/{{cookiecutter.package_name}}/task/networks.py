@@ -49,6 +49,8 @@ class ConvNet(nn.Module):
         super().__init__()
         if not widths:
             raise ValueError("ConvNet needs at least one stage in `widths`")
+        if any(width < 1 for width in widths):  # a stage of 0 channels is built, then fails in its first forward
+            raise ValueError(f"widths must be channel counts >= 1, got {list(widths)}")
         in_channels, height, width = input_shape
         if height % 2 ** len(widths) or width % 2 ** len(widths):
             raise ValueError(f"image size {height}x{width} must be divisible by 2**len(widths)={2 ** len(widths)}")
@@ -156,6 +158,8 @@ class TransformerClassifier(nn.Module):
         """
         super().__init__()
         in_channels, height, width = input_shape
+        if min(patch_size, dim, heads) < 1:  # built without complaint, then a traceback in the first forward
+            raise ValueError(f"patch_size, dim and heads must be >= 1, got {patch_size}, {dim} and {heads}")
         if height % patch_size or width % patch_size:
             raise ValueError(f"patch_size={patch_size} must divide the image size {height}x{width}")
         self.activation_checkpointing = activation_checkpointing
