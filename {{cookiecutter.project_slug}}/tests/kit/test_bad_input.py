@@ -329,8 +329,23 @@ def test_a_task_missing_what_the_subcommand_needs_is_named(
             "trainer:\n  max_epochs: 2\n  devices: 1\n  max_epochs: 3\n",
             "config bad.yaml, line 4, column 3: duplicate key 'max_epochs' (first at line 2)",
         ),
+        # A group of keys given something else: it was taken as the group's value, then an AttributeError.
+        ("trainer: [1, 2]\n", "config bad.yaml: trainer must map its keys to values (accelerator, strategy, devices"),
+        ("trainer: null\n", "config bad.yaml: trainer must map its keys to values (accelerator,"),
+        ("last_checkpoint: 5\n", "config bad.yaml: last_checkpoint must map its keys to values ("),
     ],
-    ids=["empty", "comment-only", "unclosed-bracket", "tab", "list", "binary", "duplicate-key"],
+    ids=[
+        "empty",
+        "comment-only",
+        "unclosed-bracket",
+        "tab",
+        "list",
+        "binary",
+        "duplicate-key",
+        "group-list",
+        "group-null",
+        "group-number",
+    ],
 )
 def test_a_bad_config_file_is_named_with_the_line(
     run_cli: RunCli, capsys: pytest.CaptureFixture[str], content: str | bytes, message: str

@@ -2,7 +2,9 @@
 
 jsonargparse reports these as ``Unexpected config:`` or a YAML error located in ``<unicode string>``, and PyYAML
 keeps the last of two equal keys silently. ``--config`` (``ConfigFile``) and the configs every command starts from
-(``refused_config_files``) are checked here first.
+(``refused_config_files``) are checked here first. A ``--config`` file is also read against the keys the command
+has (``misplaced``): jsonargparse takes a list or ``null`` under a group of keys (``trainer: [1, 2]``) as the group's
+value, which fails later as an ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ActionConfigFile
+from jsonargparse import ActionConfigFile, Namespace
 
 from ..text import plain
 from .project import DEFAULT_CONFIG_ENV
@@ -37,8 +39,29 @@ class ConfigFile(ActionConfigFile):
 
     def __call__(self, parser: object, cfg: object, values: object, option_string: str | None = None) -> None:
         if isinstance(values, str) and Path(values).is_file():
-            check_config_file(values)
+            loaded = check_config_file(values)
+            # The parser above the subcommands has no `trainer`: each subcommand's parser checks its own keys.
+            if isinstance(cfg, Namespace) and "trainer" in cfg and (problem := misplaced(loaded, cfg)):
+                raise TypeError(f"config {values}: {problem}")
         super().__call__(parser, cfg, values, option_string)
+
+
+def misplaced(loaded: dict[Any, Any], keys: Namespace, prefix: str = "") -> str | None:
+    """What a config file's mapping gives that the command's ``keys`` cannot take, or ``None``: a list, number, bool or
+    (at the top) ``null`` where a group of keys is (``trainer``, ``run``, ...). Class specs (``model``, ``data``) are
+    left to jsonargparse, which checks them against their class."""
+    for name, value in loaded.items():
+        current = vars(keys).get(name) if isinstance(name, str) else None
+        if not isinstance(current, Namespace) or "class_path" in current:
+            continue
+        key = f"{prefix}{name}"
+        if isinstance(value, dict):
+            if problem := misplaced(value, current, f"{key}."):
+                return problem
+        elif not isinstance(value, str) and (value is not None or not prefix):  # a string: a config file of its own
+            some = ", ".join(list(vars(current))[:3])
+            return f"{key} must map its keys to values ({some}, ...), got {value!r}"
+    return None
 
 
 class _DuplicateKeyError(yaml.constructor.ConstructorError):
@@ -65,9 +88,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def check_config_file(path: str | Path) -> None:
-    """Raises ``TypeError`` (jsonargparse's type for a bad config) unless ``path`` holds a YAML mapping with each key
-    once."""
+def check_config_file(path: str | Path) -> dict[Any, Any]:
+    """``path``'s YAML mapping; raises ``TypeError`` (jsonargparse's type for a bad config) unless it is one, with each
+    key once."""
     try:
         loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError:
@@ -86,6 +109,7 @@ def check_config_file(path: str | Path) -> None:
         raise TypeError(
             f"config {path} holds a {type(loaded).__name__}, not a mapping of keys (`trainer:`, `model:`, ...)"
         )
+    return loaded
 
 
 def _at(mark: yaml.Mark | None) -> str:
