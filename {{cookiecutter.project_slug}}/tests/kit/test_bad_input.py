@@ -333,6 +333,10 @@ def test_a_task_missing_what_the_subcommand_needs_is_named(
         ("trainer: [1, 2]\n", "config bad.yaml: trainer must map its keys to values (accelerator, strategy, devices"),
         ("trainer: null\n", "config bad.yaml: trainer must map its keys to values (accelerator,"),
         ("last_checkpoint: 5\n", "config bad.yaml: last_checkpoint must map its keys to values ("),
+        # A misspelled key whose value is {}: jsonargparse dropped it unread, so nothing said it was misspelled.
+        ("modle: {}\n", "config bad.yaml: modle: no such key (did you mean 'model'?); its {} would have been ignored"),
+        ("trainer:\n  callbakcs: {}\n", "config bad.yaml: trainer.callbakcs: no such key (did you mean 'callbacks'?)"),
+        ("model:\n  init_args:\n    hiden: {}\n", "config bad.yaml: model.init_args.hiden: no such key (did you mean"),
     ],
     ids=[
         "empty",
@@ -345,6 +349,9 @@ def test_a_task_missing_what_the_subcommand_needs_is_named(
         "group-list",
         "group-null",
         "group-number",
+        "empty-misspelled",
+        "empty-misspelled-in-group",
+        "empty-misspelled-argument",
     ],
 )
 def test_a_bad_config_file_is_named_with_the_line(

@@ -4,11 +4,12 @@ jsonargparse reports these as ``Unexpected config:`` or a YAML error located in 
 keeps the last of two equal keys silently. ``--config`` (``ConfigFile``) and the configs every command starts from
 (``refused_config_files``) are checked here first. A ``--config`` file is also read against the keys the command
 has (``misplaced``): jsonargparse takes a list or ``null`` under a group of keys (``trainer: [1, 2]``) as the group's
-value, which fails later as an ``AttributeError``.
+value, which fails later as an ``AttributeError``, and drops ``{}`` unread, under a misspelled key too.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,19 +49,39 @@ class ConfigFile(ActionConfigFile):
 
 def misplaced(loaded: dict[Any, Any], keys: Namespace, prefix: str = "") -> str | None:
     """What a config file's mapping gives that the command's ``keys`` cannot take, or ``None``: a list, number, bool or
-    (at the top) ``null`` where a group of keys is (``trainer``, ``run``, ...). Class specs (``model``, ``data``) are
-    left to jsonargparse, which checks them against their class."""
+    (at the top) ``null`` where a group of keys is (``trainer``, ``run``, ...), or ``{}`` under a key that does not
+    exist. A class spec (``model``, ``data``) is left to jsonargparse, which checks it against its class; only its
+    ``init_args`` are read here, for a file that keeps its class."""
+    children = vars(keys)
     for name, value in loaded.items():
-        current = vars(keys).get(name) if isinstance(name, str) else None
-        if not isinstance(current, Namespace) or "class_path" in current:
+        if not isinstance(name, str):
             continue
-        key = f"{prefix}{name}"
-        if isinstance(value, dict):
+        key, current = f"{prefix}{name}", children.get(name)
+        if name not in children and value == {}:  # jsonargparse drops an empty mapping before it checks the key
+            close = difflib.get_close_matches(name, [child for child in children if not child.startswith("_")], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"{key}: no such key{hint}; its {{}} would have been ignored"
+        if not isinstance(current, Namespace):
+            continue
+        if "class_path" in current:
+            if problem := _in_arguments(value, current, key):
+                return problem
+        elif isinstance(value, dict):
             if problem := misplaced(value, current, f"{key}."):
                 return problem
         elif not isinstance(value, str) and (value is not None or not prefix):  # a string: a config file of its own
             some = ", ".join(list(vars(current))[:3])
             return f"{key} must map its keys to values ({some}, ...), got {value!r}"
+    return None
+
+
+def _in_arguments(value: Any, spec: Namespace, key: str) -> str | None:
+    """``misplaced`` in the ``init_args`` a file gives the class ``spec`` names, where it keeps that class."""
+    if not isinstance(value, dict) or value.get("class_path", spec.class_path) != spec.class_path:
+        return None  # another class: jsonargparse checks its arguments
+    arguments, known = value.get("init_args"), spec.get("init_args")
+    if isinstance(arguments, dict) and isinstance(known, Namespace):
+        return misplaced(arguments, known, f"{key}.init_args.")
     return None
 
 
