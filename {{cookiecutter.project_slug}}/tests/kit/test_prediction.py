@@ -56,13 +56,15 @@ def test_tensor_files_from_a_folder_and_from_one_file(inputs: Path) -> None:
             r"bad\.pt has non-finite values in image 1",
         ),
         ({"images": images(*SHAPE)}, r"bad\.pt holds a dict, not a tensor"),
+        # Passed every check, then a 170-line dispatcher traceback from the first convolution.
+        (images(2, *SHAPE).to_sparse(), r"bad\.pt holds a sparse tensor \(torch\.sparse_coo\): expected dense images"),
         (
             Opaque(),  # torch.load(weights_only=True) raised its UnpicklingError, many lines long
             r"bad\.pt: torch\.load\(weights_only=True\) refuses it: Unsupported global: GLOBAL test_prediction\.Opaque;"
             r" save the tensor alone",
         ),
     ],
-    ids=["channels", "rank", "dtype", "nan", "not-a-tensor", "pickled"],
+    ids=["channels", "rank", "dtype", "nan", "not-a-tensor", "sparse", "pickled"],
 )
 def test_bad_input_file_is_named(tmp_path: Path, content: object, message: str) -> None:
     torch.save(content, tmp_path / "bad.pt")

@@ -44,6 +44,10 @@ class TensorFiles(Dataset[Tensor]):
             tensor = _load(file)
             if not isinstance(tensor, Tensor):
                 raise ValueError(f"{file} holds a {type(tensor).__name__}, not a tensor")
+            if tensor.layout != torch.strided:  # passes the checks below, then fails in the network's first layer
+                raise ValueError(
+                    f"{file} holds a sparse tensor ({tensor.layout}): expected dense images; save images.to_dense()"
+                )
             stacked = tensor.unsqueeze(0) if tensor.dim() == len(shape) else tensor  # (N, C, H, W)
             if tuple(stacked.shape[1:]) != shape or stacked.dim() != len(shape) + 1:
                 raise ValueError(
