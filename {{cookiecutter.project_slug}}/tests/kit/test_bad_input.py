@@ -284,6 +284,11 @@ class TrainOnly(pl.LightningDataModule):
             ["predict", "--data=test_bad_input.NoLoaders"],
             "data: NoLoaders has no predict_dataloader(), which `predict`",
         ),
+        # Lightning predicted nothing and exited 0, without a line of the kit's.
+        (
+            ["predict", "--data.init_args.val_size=0"],
+            "data: SequenceData.predict_dataloader() yields no batch: `predict` has nothing to predict",
+        ),
         (
             ["export", "--data=test_bad_input.NoLoaders", "--ckpt_path=best"],
             "data: NoLoaders has no predict_dataloader() and model: SequenceRegressor no example_input_array",

@@ -77,6 +77,10 @@ def test_missing_or_empty_predict_path(tmp_path: Path) -> None:
         prediction.TensorFiles(tmp_path, SHAPE)
     with pytest.raises(ValueError, match="does not exist"):
         prediction.TensorFiles(tmp_path / "nowhere", SHAPE)
+    torch.save(images(0, *SHAPE), tmp_path / "none.pt")  # `predict` ran over it, wrote nothing and exited 0
+    for path in (tmp_path, tmp_path / "none.pt"):
+        with pytest.raises(ValueError, match=rf"predict_path '{re.escape(str(path))}' holds 0 images: nothing to"):
+            prediction.TensorFiles(path, SHAPE)
 
 
 @pytest.fixture(scope="module")

@@ -131,7 +131,8 @@ class StartCheck(Callback):
     checkpoint without that record (written before any validation) leaves it to the first validation.
 
     An empty train loader makes Lightning end ``fit`` with an info line and exit 0 (the loader is built by Lightning,
-    not here: built earlier, it would lose the position a resumed run restores into it, see lightning#20550).
+    not here: built earlier, it would lose the position a resumed run restores into it, see lightning#20550); an empty
+    predict loader, ``predict`` with nothing written and no line. Both are refused once Lightning has built the loader.
     """
 
     def __init__(self) -> None:
@@ -204,6 +205,15 @@ class StartCheck(Callback):
                     f"{key}: {type(pl_module).__name__} never logs {monitor!r}; its validation logs"
                     f" {', '.join(logged) or 'nothing'}"
                 )
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # An empty predict loader skips the loop, and every hook of it: this is the first one after it was built.
+        empty = trainer.limit_predict_batches != 0 and not sum(trainer.num_predict_batches)
+        if stage == TrainerFn.PREDICTING and empty:
+            raise BadInputError(
+                f"data: {_data_name(pl_module, trainer.datamodule)}.predict_dataloader() yields no batch: `predict` has"
+                " nothing to predict"
+            )
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.num_training_batches == 0 and trainer.limit_train_batches != 0:

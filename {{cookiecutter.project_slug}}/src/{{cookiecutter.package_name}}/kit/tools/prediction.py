@@ -61,6 +61,8 @@ class TensorFiles(Dataset[Tensor]):
             single = tensor.dim() == len(shape)
             self.sources += [file.name] if single else [f"{file.name}[{i}]" for i in range(len(stacked))]
         self.images = torch.cat(images)  # (N, C, H, W) float32
+        if not len(self.images):  # Lightning predicts over no batch, writes nothing and exits 0
+            raise ValueError(f"predict_path {str(path)!r} holds 0 images: nothing to predict")
 
     def __len__(self) -> int:
         return len(self.images)
