@@ -60,6 +60,9 @@ def files_in(folder: Path) -> list[str]:
         (["--trainer.check_val_every_n_epoch=0"], ["trainer.check_val_every_n_epoch must be >= 1 or null, got 0"]),
         (["--trainer.val_check_interval=0"], ["trainer.val_check_interval must be > 0, got 0"]),
         (["--trainer.num_sanity_val_steps=-5"], ["trainer.num_sanity_val_steps must be >= -1, got -5"]),
+        # The task's schedule failed on the -1 total steps, and blamed max_steps/max_epochs (the example's).
+        (["--trainer.limit_train_batches=0"], ["trainer.limit_train_batches: 0 trains on no batch: `fit` needs"]),
+        (["--trainer.limit_train_batches=0.0"], ["trainer.limit_train_batches: 0.0 trains on no batch"]),
         (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
         (["--best_checkpoint.monitor="], ["best_checkpoint: BestCheckpoint (", "monitor must name a logged metric"]),
         # What "best" means: the monitor's name says it; a mode that contradicts it, or none where it says neither.

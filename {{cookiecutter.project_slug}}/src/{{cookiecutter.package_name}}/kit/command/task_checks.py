@@ -143,6 +143,13 @@ class StartCheck(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._monitors_checked = False
+        if stage == TrainerFn.FITTING and trainer.limit_train_batches == 0:
+            # Before configure_optimizers: a schedule sized from the run's steps fails on Lightning's -1 for none,
+            # and says max_steps or max_epochs is missing.
+            raise BadInputError(
+                f"trainer.limit_train_batches: {trainer.limit_train_batches} trains on no batch: `fit` needs at least"
+                " one (1.0: all of them; `validate` evaluates without training)"
+            )
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == TrainerFn.VALIDATING:
