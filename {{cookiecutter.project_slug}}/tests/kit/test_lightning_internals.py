@@ -176,3 +176,29 @@ def test_the_metrics_of_several_validation_loaders_are_named_at_the_end_of_the_s
     trainer.fit(TwoLoaders())
     assert names.callback_metrics == set()  # what Lightning gives: the reason for `logged_names`
     assert names.logged == {"val/loss/dataloader_idx_0", "val/loss/dataloader_idx_1"}
+
+
+class LoggingSteps(Callback):
+    """Records, at each training batch, whether the loggers write what is logged now."""
+
+    def __init__(self) -> None:
+        self.writes: list[bool] = []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.writes.append(submodule("kit.lightning_internals").logger_writes_now(trainer))
+
+
+def test_the_loggers_write_step_values_every_log_every_n_steps(tmp_path: Path) -> None:
+    # logging_step (kit/parts/step_logging.py) asks this: a step value logged elsewhere reaches no logger.
+    recorder = LoggingSteps()
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=7,
+        log_every_n_steps=3,
+        callbacks=[recorder],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(BoringModel())
+    assert recorder.writes == [False, False, True, False, False, True, False]  # the 3rd and 6th steps

@@ -26,6 +26,7 @@ _PUBLIC = {
     "compile_in_place": "parts.compiled",
     "with_fast_step": "parts.compiled",
     "keep_step_kinds": "parts.compiled",
+    "logging_step": "parts.step_logging",
     "EarlyStoppingOnBest": "parts.early_stopping",
     "MatmulPrecision": "parts.matmul_precision",
     "Profiler": "observe.profiling",
@@ -51,6 +52,7 @@ __all__ = [
     "compile_in_place",
     "configure_optimization",
     "keep_step_kinds",
+    "logging_step",
     "save_plain_hyperparameters",
     "with_fast_step",
 ]
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from .parts.matmul_precision import MatmulPrecision
     from .parts.optimization import check_optimization, configure_optimization
     from .parts.schedules import ScheduleCallable, WarmupCosine
+    from .parts.step_logging import logging_step
     from .safety.checkpoint_io import atomic_save
     from .safety.checkpoints import BestCheckpoint
     from .safety.data_checks import InvalidDataError, check_samples

@@ -42,6 +42,13 @@ def request_stop(trainer: pl.Trainer) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
+def logger_writes_now(trainer: pl.Trainer) -> bool:
+    """Whether the loggers write what is logged now: at every ``log_every_n_steps``-th optimizer step of training (and
+    as the run stops), every ``log_every_n_steps``-th batch of an evaluation. ``LoggerConnector.should_update_logs``
+    is private."""
+    return bool(trainer._logger_connector.should_update_logs)
+
+
 def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
     """The cluster environment the Trainer detected (SLURM, torchelastic, ...); single-device strategies keep it only
     in the private accelerator connector."""

@@ -19,6 +19,7 @@ from ..kit import (
     compile_in_place,
     configure_optimization,
     keep_step_kinds,
+    logging_step,
     save_plain_hyperparameters,
 )
 from .networks import ConvNet
@@ -86,13 +87,26 @@ class Classifier(pl.LightningModule):
         return self.network(images)  # (B, num_classes) logits
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        return self._shared_step(batch, "train")
+        logits, loss = self._shared_step(batch, "train")
+        if logging_step(self):  # the logger writes step values every `log_every_n_steps`: log only those
+            accuracy = (logits.argmax(dim=-1) == batch[1]).float().mean()
+            self.log_dict({"train/loss_step": loss.detach(), "train/acc_step": accuracy}, prog_bar=True)
+        return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._shared_step(batch, "val")
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._shared_step(batch, "test")
+
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train", suffix="_epoch")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
 
     def predict_step(self, batch: Batch | Tensor, batch_idx: int) -> Tensor:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -111,15 +125,18 @@ class Classifier(pl.LightningModule):
     def on_train_start(self) -> None:
         keep_step_kinds(self.trainer)  # eager and compiled runs resume from each other's checkpoints
 
-    def _shared_step(self, batch: Batch, stage: str) -> Tensor:
+    def _shared_step(self, batch: Batch, stage: str) -> tuple[Tensor, Tensor]:
         images, labels = batch
-        logits = self(images)
+        logits = self(images)  # (B, num_classes)
         loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
-        accuracy, mean_loss = self.metrics[f"{stage}_acc"], self.metrics[f"{stage}_loss"]
-        # Metric objects accumulate detached state and are synchronised across processes at epoch end.
-        accuracy(logits.detach(), labels)
-        mean_loss(loss.detach(), weight=len(labels))
-        on_step = stage == "train"
-        self.log(f"{stage}/loss", mean_loss, on_step=on_step, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", accuracy, on_step=on_step, on_epoch=True, prog_bar=stage != "train")
-        return loss
+        # Metric objects accumulate detached state every step (cheap); their value is computed once, at epoch end.
+        self.metrics[f"{stage}_acc"].update(logits.detach(), labels)
+        self.metrics[f"{stage}_loss"].update(loss.detach(), weight=len(labels))
+        return logits, loss
+
+    def _log_epoch(self, stage: str, suffix: str = "") -> None:
+        """Logs the stage's epoch loss and accuracy (``compute`` gathers them across processes) and starts them over."""
+        values = {kind: self.metrics[f"{stage}_{kind}"] for kind in ("loss", "acc")}
+        self.log_dict({f"{stage}/{kind}{suffix}": metric.compute() for kind, metric in values.items()}, prog_bar=True)
+        for metric in values.values():
+            metric.reset()
