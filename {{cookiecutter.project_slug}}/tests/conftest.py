@@ -1,7 +1,7 @@
 """Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back.
 
-Tests marked ``faults`` (the fault matrix beyond its slice, an MLflow server on PostgreSQL, the fork race without the
-fork guard; ~30 min) run only with ``--faults`` (``make test-faults``).
+Tests marked ``faults`` (the fault matrix beyond its slice, an MLflow server on PostgreSQL, the fork race of CPython
+gh-112275 on a bare fork; ~45 min) run only with ``--faults`` (``make test-faults``).
 Tests marked ``gpu`` need a CUDA GPU: they skip without one, and ``make test-gpu`` runs them all.
 """
 

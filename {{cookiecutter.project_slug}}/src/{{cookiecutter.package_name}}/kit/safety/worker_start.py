@@ -9,9 +9,10 @@ collective, so a worker forked by a rank could hang as it started, and the run w
 On those Pythons, under DDP, the kit gives each loader with workers and no start method of its own
 ``multiprocessing_context="forkserver"`` (the default from Python 3.14): each rank starts one server process by
 ``exec``, single-threaded, and the server forks the workers, so no thread of the rank can hold the lock at a fork.
-Nothing of the interpreter is read or patched, and other forks are left alone. The server is started with the stop
-signals blocked and keeps them so; the workers it forks are shielded from birth as forked workers are
-(``fork_server.py``, ``worker_shield.py``). Everywhere else workers fork, as torch's default does.
+Nothing of the interpreter is read or patched, and other forks are left alone. The server, and ``multiprocessing``'s
+resource tracker beside it, are started with the stop signals blocked and keep them so; the workers the server forks
+are shielded from birth as forked workers are (``fork_server.py``, ``worker_shield.py``). Everywhere else workers
+fork, as torch's default does.
 
 What a loader needs for it: its dataset, ``collate_fn`` and ``worker_init_fn`` pickle (they are sent to the
 server), as with the ``spawn`` start method on macOS and Windows.
@@ -58,9 +59,12 @@ def fork_server() -> BaseContext:
     """The ``forkserver`` context, its server running: started with the stop signals blocked, which it inherits."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([SHIELD_MODULE, "torch"])  # torch once in the server, not in every worker
-    resource_tracker.ensure_running()  # first: starting it unblocks SIGINT and SIGTERM (it blocks them around)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)  # a signal meanwhile arrives once unblocked
     try:
+        # The resource tracker too (it tracks the workers' queues): killed by the job's SIGUSR1 or SIGHUP, it would
+        # come back knowing none of them. Starting it unblocks SIGINT and SIGTERM, which it blocks around that.
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, SHIELDED)
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
