@@ -64,6 +64,8 @@ def files_in(folder: Path) -> list[str]:
         (["--trainer.limit_train_batches=0"], ["trainer.limit_train_batches: 0 trains on no batch: `fit` needs"]),
         (["--trainer.limit_train_batches=0.0"], ["trainer.limit_train_batches: 0.0 trains on no batch"]),
         (["--seed_everything=-1"], ["seed_everything must be in [0, 4294967295]"]),  # Lightning: a traceback
+        # Lightning logged every step (step % -1 == 0).
+        (["--trainer.log_every_n_steps=-1"], ["trainer.log_every_n_steps must be >= 0 (0: no step logged), got -1"]),
         (["--best_checkpoint.monitor="], ["best_checkpoint: BestCheckpoint (", "monitor must name a logged metric"]),
         # What "best" means: the monitor's name says it; a mode that contradicts it, or none where it says neither.
         (

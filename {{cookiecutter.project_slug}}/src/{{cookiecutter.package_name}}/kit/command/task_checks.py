@@ -49,6 +49,10 @@ def check_trainer(trainer: pl.Trainer) -> None:
         raise BadInputError(f"trainer.val_check_interval must be > 0, got {interval}")
     if trainer.num_sanity_val_steps < 0:  # -1 (all batches) is stored as inf
         raise BadInputError(f"trainer.num_sanity_val_steps must be >= -1, got {trainer.num_sanity_val_steps}")
+    if trainer.log_every_n_steps < 0:  # Lightning logs every step: `step % -1` is always 0
+        raise BadInputError(
+            f"trainer.log_every_n_steps must be >= 0 (0: no step logged), got {trainer.log_every_n_steps}"
+        )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices > cores:
         # Each CPU process wants at least a core of its own; more only slows every process down.
