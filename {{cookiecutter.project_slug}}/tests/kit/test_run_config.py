@@ -39,6 +39,9 @@ def test_a_copied_run_folder_resumes_the_copy_and_leaves_the_original(cli: Modul
     cli.build_cli(["fit", f"--config={copy / 'config.yaml'}", "--ckpt_path=last"])
     assert last_checkpoint(copy)["global_step"] == 8
     assert statuses(copy) == ["preempted", "finished"]
+    best = last_checkpoint(copy)["callbacks"]["BestCheckpoint"]  # its ranking came along, its paths follow the copy
+    assert best["best_model_path"] == str(copy / "checkpoints" / "best.ckpt")
+    assert best["best_model_score"] is not None
     assert (stopped / "checkpoints" / "last.ckpt").read_bytes() == before
     assert statuses(stopped) == ["preempted"]
 

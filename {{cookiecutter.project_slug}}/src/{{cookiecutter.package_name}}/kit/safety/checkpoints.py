@@ -126,7 +126,24 @@ class BestCheckpoint(ModelCheckpoint):
                 )
             self.best_model_path = state_dict.get("best_model_path", "")
             return
-        super().load_state_dict(state_dict)
+        super().load_state_dict(moved_with_the_run(state_dict, self.dirpath))
+
+
+def moved_with_the_run(state_dict: dict[str, Any], dirpath: str | None) -> dict[str, Any]:
+    """``ModelCheckpoint``'s state with the paths of a run folder that was moved or copied since (its checkpoints are
+    always ``<run>/checkpoints/``): Lightning drops the best score of a state from another folder, and the copy's
+    best.ckpt would be replaced by the next validation, better or not."""
+    before = state_dict.get("dirpath")
+    if not before or not dirpath or before == dirpath:
+        return state_dict
+
+    def moved(path: object) -> object:
+        return str(Path(dirpath) / Path(path).name) if isinstance(path, str) and path.startswith(before) else path
+
+    state = {key: moved(value) for key, value in state_dict.items()}
+    state["dirpath"] = dirpath
+    state["best_k_models"] = {moved(key): value for key, value in state_dict.get("best_k_models", {}).items()}
+    return state
 
 
 def is_validation_name(name: str) -> bool:
