@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +37,11 @@ def test_a_copied_run_folder_resumes_the_copy_and_leaves_the_original(cli: Modul
     copy = stopped.parent / "b"
     shutil.copytree(stopped, copy)  # its config.yaml still says `run.name: a`
     before = (stopped / "checkpoints" / "last.ckpt").read_bytes()
-    cli.build_cli(["fit", f"--config={copy / 'config.yaml'}", "--ckpt_path=last"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli.build_cli(["fit", f"--config={copy / 'config.yaml'}", "--ckpt_path=last"])
+    # Lightning's ModelCheckpoint drops the best score of a state saved in another folder, and says so.
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
     assert last_checkpoint(copy)["global_step"] == 8
     assert statuses(copy) == ["preempted", "finished"]
     best = last_checkpoint(copy)["callbacks"]["BestCheckpoint"]  # its ranking came along, its paths follow the copy
