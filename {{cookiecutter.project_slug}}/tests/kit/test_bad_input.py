@@ -6,6 +6,7 @@ Values, config files and a task missing what a command needs; checkpoints and ex
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from faults import fault
-from support import PACKAGE, refused, run_dir_flags, submodule
+from support import PACKAGE, launch, refused, run_dir_flags, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -198,6 +199,20 @@ def test_a_save_folder_that_cannot_be_made_is_named_before_training(
     Path("a_file").write_text("not a folder")
     assert message in refused_cli(run_cli, capsys, "fit", *args)
     assert files_in(in_tmp) == ["a_file"]
+
+
+def test_a_read_only_file_system_is_named_as_one(in_tmp: Path) -> None:
+    # EROFS was reported as "permission denied". A read-only mount in a mount namespace of the command's own.
+    folder = in_tmp / "mounted"
+    folder.mkdir()
+    mount = ("unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o ro tmpfs "$0" && exec "$@"', str(folder))
+    if shutil.which("unshare") is None or subprocess.run([*mount, "true"], check=False).returncode != 0:
+        pytest.skip("no read-only mount here: unshare --mount needs root (CAP_SYS_ADMIN)")
+    process = launch(PACKAGE, "fit", f"--trainer.default_root_dir={folder}/runs", cwd=in_tmp, wrapper=mount)
+    assert process.returncode == 2, process.stdout[-3000:]
+    last = process.stdout.strip().splitlines()[-1]
+    assert last == f"error: trainer.default_root_dir: cannot write in {folder} (read-only file system)", last
+    assert files_in(in_tmp) == ["mounted", "out.log"]
 
 
 @pytest.mark.parametrize(

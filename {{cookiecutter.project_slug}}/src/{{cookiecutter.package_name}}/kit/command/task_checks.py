@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
+from ..writable import unwritable
 from .bad_input import BadInputError
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
@@ -82,8 +83,8 @@ def check_folder(key: str, folder: str | Path | None) -> None:
         raise BadInputError(f"{key}: {path} is a file, not a folder")
     if not existing.is_dir():
         raise BadInputError(f"{key}: cannot create {path}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise BadInputError(f"{key}: cannot write in {existing} (permission denied)")
+    if reason := unwritable(existing):
+        raise BadInputError(f"{key}: cannot write in {existing} ({reason})")
 
 
 def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:

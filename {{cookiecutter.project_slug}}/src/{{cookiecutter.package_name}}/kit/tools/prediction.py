@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import os
 import pickle
 import re
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 from torch.utils.data import Dataset
+
+from ..writable import unwritable
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"  # as run folders are named
 
@@ -118,8 +119,8 @@ class PredictionWriter(BasePredictionWriter):
         existing = next(path for path in (folder, *folder.parents) if path.exists())
         if not existing.is_dir():
             raise ValueError(f"output_dir: {existing} is a file, not a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ValueError(f"output_dir: cannot write in {existing} (permission denied)")
+        if reason := unwritable(existing):
+            raise ValueError(f"output_dir: cannot write in {existing} ({reason})")
 
     def _parent(self, trainer: pl.Trainer) -> Path:
         return Path(trainer.log_dir or ".") / "predictions"
