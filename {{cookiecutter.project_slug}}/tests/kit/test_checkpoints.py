@@ -101,6 +101,21 @@ def test_a_resume_that_ranks_by_another_metric_starts_the_ranking_over(lightning
     assert float(same.best_model_score) == pytest.approx(0.1)  # the same metric: its ranking continues
 
 
+def test_validation_switched_off_is_the_reason_given_for_no_best(
+    cli: ModuleType, tmp_path: Path, lightning_log: list[str]
+) -> None:
+    # The line said the model "logs no validation loss": it logs one whenever it validates.
+    run_dir = tmp_path / "runs" / "fixture" / "unvalidated"
+    short = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=0"]
+    run(cli, "fit", run_dir, *short, "--best_checkpoint.monitor=null")
+    assert [line for line in lightning_log if line.startswith("best_checkpoint:")] == [
+        "best_checkpoint: validation is off (trainer.limit_val_batches: 0), so there is no validation loss to follow:"
+        " no best.ckpt; name a training metric with --best_checkpoint.monitor, or switch it off with"
+        " --best_checkpoint null"
+    ]
+    assert sorted(path.name for path in (run_dir / "checkpoints").iterdir()) == ["last.ckpt"]
+
+
 def test_last_is_rewritten_every_n_steps_mid_epoch(cli: ModuleType, tmp_path: Path) -> None:
     # Every 3 steps; the run crashes after step 20 (epoch 1 holds steps 17-32).
     with pytest.raises(RuntimeError, match="injected crash"):

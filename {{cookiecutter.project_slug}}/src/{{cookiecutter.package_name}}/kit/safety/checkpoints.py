@@ -86,6 +86,13 @@ class BestCheckpoint(ModelCheckpoint):
         chosen = chosen or (losses[0] if len(losses) == 1 else None)
         if chosen is None:
             self.follows_loss, self.save_top_k = False, 0
+            if trainer.limit_val_batches == 0:  # then nothing validates: the model may well log a loss when it does
+                rank_zero_info(
+                    f"best_checkpoint: validation is off (trainer.limit_val_batches: {trainer.limit_val_batches}), so"
+                    " there is no validation loss to follow: no best.ckpt; name a training metric with"
+                    " --best_checkpoint.monitor, or switch it off with --best_checkpoint null"
+                )
+                return
             rank_zero_info(
                 f"best_checkpoint: {type(pl_module).__name__} logs no validation loss"
                 f" ({', '.join(logged) or 'no validation metric'}): no best.ckpt; name one with"
