@@ -181,6 +181,23 @@ def test_more_cpu_processes_than_cores_are_refused(run_cli: RunCli, capsys: pyte
 
 
 @pytest.mark.parametrize(
+    ("subcommand", "hook"),
+    # The fixture's predict_dataloader returns its val_dataloader(): the hook that made the loader is named.
+    [("fit", "train_dataloader"), ("validate", "val_dataloader"), ("predict", "val_dataloader")],
+)
+def test_more_loader_workers_than_the_machine_can_run_are_refused_before_any_starts(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, subcommand: str, hook: str
+) -> None:
+    # num_workers 1000 on 2 cores started 1000 processes, each with a copy of the dataset: no step in 300 s.
+    cores = len(os.sched_getaffinity(0))
+    bound = max(32, 4 * cores)
+    line = refused_cli(run_cli, capsys, subcommand, f"--data.init_args.num_workers={bound + 1}")
+    assert line.startswith(f"error: data: SequenceData.{hook}() gives a DataLoader num_workers={bound + 1}:"), line
+    assert f"more than {bound} (4 per usable CPU core, {cores} here, and at least 32)" in line
+    assert files_in(in_tmp) == []
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (

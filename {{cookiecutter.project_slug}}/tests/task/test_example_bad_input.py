@@ -54,3 +54,12 @@ def test_a_batch_size_the_loader_refuses_is_one_line_and_writes_nothing(
     assert line.startswith("error: data: GratingsDataModule.train_dataloader ("), line
     assert f"batch_size={batch_size}" in line
     assert list(in_tmp.iterdir()) == []  # Lightning had opened the event file and saved the config
+
+
+def test_more_loader_workers_than_the_machine_can_run_are_refused(
+    run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], in_tmp: Path
+) -> None:
+    # The kit's bound on the loaders the task returns: GratingsDataModule itself accepts any count >= 0.
+    line = refused(capsys, lambda: run_cli("fit", "--data.init_args.num_workers=1000"))
+    assert line.startswith("error: data: GratingsDataModule.train_dataloader() gives a DataLoader num_workers=1000:")
+    assert list(in_tmp.iterdir()) == []

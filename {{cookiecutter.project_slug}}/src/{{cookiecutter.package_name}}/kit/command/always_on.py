@@ -25,6 +25,7 @@ from ..safety.resume import ExactResume
 from ..trackers.tracked_run import TrackedRun
 from .bad_input import SetupPhase
 from .task_checks import StartCheck
+from .worker_count import check_workers
 
 
 def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
@@ -32,7 +33,8 @@ def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
 
     Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
     """
-    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(), PlateauResume(), Preemption()]
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(check_workers), PlateauResume()]
+    callbacks.append(Preemption())
     callbacks.append(StopOnNonFinite())
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]

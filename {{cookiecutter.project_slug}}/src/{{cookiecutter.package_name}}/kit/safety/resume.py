@@ -42,7 +42,7 @@ class ExactResume(Callback):
     saves (``keep_worker_rngs``); what cannot be added is in that warning too. The
     validation, test and predict loaders get a generator of their own (``own_generators``), so that making their
     iterators never draws from the global RNG that dropout uses. Under DDP, every loader's workers start where they
-    cannot hang (``worker_start.start_safely``).
+    cannot hang (``worker_start.start_safely``). Whatever a wrapped hook returns goes to ``check_loaders`` first.
 
     Lightning checkpoints hold no RNG state, so dropout and any other random draw would follow another
     stream after a resume: the Python, NumPy and torch (CPU and current CUDA device) states are saved here.
@@ -52,7 +52,14 @@ class ExactResume(Callback):
     first batch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, check_loaders: Callable[[Any, str, Any], None] | None = None) -> None:
+        """Configures the callback.
+
+        Args:
+            check_loaders: Called with the object, the hook's name and what it returned, as each wrapped loader hook
+                returns (before any worker starts): the command's checks of the loaders, which raise to refuse them.
+        """
+        self.check_loaders = check_loaders
         self._rng_states: list[dict[str, Any]] | None = None
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object whose hook is wrapped, hook, its own attribute)
         self._warned = False
@@ -71,13 +78,20 @@ class ExactResume(Callback):
         # overfitting: Lightning replaces the train sampler with a sequential one itself
         if stage == "fit" and trainer.overfit_batches == 0:
             self._wrap(source, "train_dataloader", lambda loaders: self._resumable(trainer, loaders))
+        elif stage == "fit":
+            self._wrap(source, "train_dataloader", lambda loaders: loaders)  # checked all the same
 
     def _wrap(self, source: Any, hook: str, transform: Callable[[Any], Any]) -> None:
         if not is_overridden(hook, source):
             return  # no such loader, or loaders given to `fit` directly: checked when training starts
         original = getattr(source, hook)
         self._wrapped.append((source, hook, vars(source).get(hook)))
-        setattr(source, hook, lambda: transform(original()))
+        setattr(source, hook, lambda: transform(self._checked(source, hook, original())))
+
+    def _checked(self, source: Any, hook: str, loaders: Any) -> Any:
+        if self.check_loaders is not None:
+            self.check_loaders(source, hook, loaders)
+        return loaders
 
     def _resumable(self, trainer: pl.Trainer, loaders: Any) -> Any:
         sharding = trainer.distributed_sampler_kwargs or {}
