@@ -238,3 +238,74 @@ def test_fit_warns_once_about_a_loader_it_cannot_make_resumable(in_tmp: Any, dat
         assert "mid-epoch" in ours[0]
         assert isinstance(trainer.train_dataloader.sampler, WeightedRandomSampler)  # used as written
     assert "train_dataloader" not in vars(data_module)  # the hook is the datamodule's own again
+
+
+class NumberedStream(IterableDataset):
+    """64 sequences of the fixture's shape, each with its place in the stream as the target; no length."""
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        inputs = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+        return ((inputs[index], torch.tensor([float(index)])) for index in range(64))
+
+
+class SizedNumberedStream(NumberedStream):
+    def __len__(self) -> int:
+        return 64
+
+
+class StreamData(SequenceData):
+    """The fixture's data with a stream of 4 batches for training."""
+
+    def __init__(self, sized: bool = False) -> None:
+        super().__init__()
+        self.sized = sized
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(SizedNumberedStream() if self.sized else NumberedStream(), batch_size=16)
+
+
+TRAINED: list[tuple[int, int]] = []
+
+
+class PlaceOfEachBatch(pl.Callback):
+    """Records ``(epoch, place of the batch's first sample in the stream)`` of every training batch."""
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, index: int) -> None:
+        TRAINED.append((trainer.current_epoch, int(batch[1][0])))
+
+
+@pytest.mark.parametrize(
+    ("sized", "resumed_epoch", "said"),
+    [
+        # No length: Lightning takes batches until the stream ends, from its start again.
+        (False, [0, 16, 32, 48], "runs that whole epoch again from the start of its data (the batches trained"),
+        # A length: the batches left, from the stream's start: 0 and 16 twice, 48 never.
+        (True, [0, 16], "restarts that epoch's data and stops after the batches left (repeating some samples"),
+    ],
+    ids=["iterable", "sized-iterable"],
+)
+def test_the_warning_says_what_a_mid_epoch_resume_of_a_kept_loader_trains(
+    cli: ModuleType, in_tmp: Any, sized: bool, resumed_epoch: list[int], said: str
+) -> None:
+    flags = [
+        "--data=test_resumable_data.StreamData",
+        f"--data.init_args.sized={sized}",
+        "--model.init_args.schedule=step",  # sized by epochs: a stream without a length has no step count
+        "--trainer.limit_val_batches=2",
+        "--best_checkpoint.monitor=train/loss",
+        "--last_checkpoint.every_n_train_steps=2",
+        "--trainer.callbacks+=test_resumable_data.PlaceOfEachBatch",
+        "--run.name=stream",
+    ]
+    TRAINED.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="injected crash"):
+            cli.build_cli(["fit", *flags, "--trainer.callbacks+=faults.RaiseAtStep", "--trainer.callbacks.step=3"])
+    assert TRAINED == [(0, 0), (0, 16), (0, 32)]  # last.ckpt holds the first two
+    (warning,) = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
+    assert said in warning, warning
+    TRAINED.clear()
+    cli.build_cli(["fit", *flags, "--ckpt_path=last"])
+    assert [place for epoch, place in TRAINED if epoch == 0] == resumed_epoch
+    assert [place for epoch, place in TRAINED if epoch == 1] == [0, 16, 32, 48]

@@ -182,7 +182,7 @@ def make_resumable(loaders: Any, seed: int, num_replicas: int = 1, rank: int = 0
             else:
                 dataset = getattr(loader, "dataset", None)
                 over = f" over {type(dataset).__name__}" if dataset is not None else ""
-                kept.append(f"{type(loader).__name__}{over}: {reason}")
+                kept.append(f"{type(loader).__name__}{over}: {reason}; {mid_epoch_resume(loader)}")
         rebuilt.append(loader)
     combined.flattened = rebuilt
     return (loaders if isinstance(loaders, CombinedLoader) else combined.iterables), kept
@@ -207,6 +207,22 @@ def why_not_resumable(loader: object) -> str | None:
     if not (plain_random or type(sampler) in (SequentialSampler, DistributedSampler)):
         return f"a custom sampler ({type(sampler).__name__})"
     return None
+
+
+def mid_epoch_resume(loader: object) -> str:
+    """What a run resumed from a mid-epoch checkpoint trains of ``loader``, kept as written: Lightning counts the
+    batches trained and makes a new iterator, from the start of the data."""
+    try:
+        len(loader)  # type: ignore[arg-type]
+    except TypeError:  # Lightning takes batches until the data ends
+        return (
+            "a run resumed from a mid-epoch checkpoint runs that whole epoch again from the start of its data (the"
+            " batches trained before the stop are trained twice, and that epoch is longer than the others)"
+        )
+    return (
+        "a run resumed from a mid-epoch checkpoint restarts that epoch's data and stops after the batches left"
+        " (repeating some samples and skipping others)"
+    )
 
 
 def rebuild(loader: DataLoader, seed: int, num_replicas: int = 1, rank: int = 0) -> ResumableLoader:

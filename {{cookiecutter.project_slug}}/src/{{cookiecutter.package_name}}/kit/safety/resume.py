@@ -26,7 +26,7 @@ from ..lightning_internals import (
     unread_loader_states,
     uses_distributed_sampler,
 )
-from .resumable_data import is_stateful, make_resumable, own_generators
+from .resumable_data import is_stateful, make_resumable, mid_epoch_resume, own_generators
 from .rng_state import collect_rng_state, restore_rng_state
 from .stateful_loaders import draws_unsaved, keep_worker_rngs
 from .worker_start import start_safely
@@ -112,10 +112,9 @@ class ExactResume(Callback):
         if kept:
             parts.append(
                 "the train loader "
-                + "; ".join(kept)
-                + ". It is used as written: a run resumed from a mid-epoch checkpoint restarts that epoch's data"
-                " (repeating some samples and skipping others) with other random augmentation, so it will not"
-                " match an uninterrupted run. A map-style Dataset in a plain DataLoader resumes exactly."
+                + ". And ".join(kept)
+                + ". It is used as written, its augmentation after a resume drawn from other random states: a resumed"
+                " run will not match an uninterrupted one. A map-style Dataset in a plain DataLoader resumes exactly."
             )
         if unsaved:
             parts.append(
@@ -160,7 +159,7 @@ class ExactResume(Callback):
             unsaved = [loader for loader in loaders if draws_unsaved(loader)]  # its workers started already
             if (kept or unsaved) and trainer.overfit_batches == 0:
                 self._warned = True
-                self._warn(_passed_directly(kept), _passed_directly(unsaved))
+                self._warn(_passed_directly(kept, kept=True), _passed_directly(unsaved))
         # Before the RNG states: making an iterator of a loader without a generator draws its workers' seed from them.
         loaded = self._load_positions(trainer, [loader for loader in loaders if is_stateful(loader)])
         states, self._rng_states = self._rng_states, None
@@ -195,6 +194,10 @@ class ExactResume(Callback):
         return True
 
 
-def _passed_directly(loaders: list[Any]) -> list[str]:
-    names = ", ".join(type(loader).__name__ for loader in loaders)
-    return [f"{names}: passed to `fit` directly, not returned by a `train_dataloader` hook"] if loaders else []
+def _passed_directly(loaders: list[Any], kept: bool = False) -> list[str]:
+    """The warning's words for loaders given to ``fit`` itself; for ``kept`` ones (no position saved), what a resume
+    from a mid-epoch checkpoint trains of each."""
+    said = "passed to `fit` directly, not returned by a `train_dataloader` hook"
+    if kept:
+        return [f"{type(loader).__name__}: {said}; {mid_epoch_resume(loader)}" for loader in loaders]
+    return [f"{', '.join(type(loader).__name__ for loader in loaders)}: {said}"] if loaders else []
