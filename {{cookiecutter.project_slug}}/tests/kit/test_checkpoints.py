@@ -212,6 +212,25 @@ def test_checkpoint_of_another_model_exits_2_and_changes_nothing(
     assert digests(run_dir / "checkpoints") == before
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "test", "predict"])
+def test_evaluating_a_checkpoint_file_says_which_given_model_settings_it_replaces(
+    cli: ModuleType, run_dir: Path, lightning_log: list[str], subcommand: str
+) -> None:
+    # LightningCLI builds the checkpoint's model for these: a preset or flag of the command was dropped without a word.
+    checkpoint = f"--ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"
+    evaluated = cli.build_cli([subcommand, checkpoint, "--model.init_args.hidden=8", "--model.init_args.lr=0.01"])
+    assert evaluated.model.hparams.hidden == 32  # type: ignore[attr-defined]
+    said = [line for line in lightning_log if "replace" in line]
+    # lr 0.01 is the checkpoint's too: not named.
+    assert said == [
+        f"{subcommand}: the model is built with the checkpoint's settings (its weights were trained with them), which"
+        " replace this command's: model.init_args.hidden 8 -> 32"
+    ]
+    lightning_log.clear()
+    cli.build_cli([subcommand, checkpoint])  # nothing given: nothing replaced
+    assert [line for line in lightning_log if "replace" in line] == []
+
+
 def test_a_checkpoint_of_the_network_compiled_in_setup_loads_uncompiled(
     cli: ModuleType, run_dir: Path, tmp_path: Path
 ) -> None:

@@ -142,12 +142,22 @@ class FitKeepsItsModel:
     LightningCLI's private ``_parse_ckpt_path`` replaces the command's model arguments with the checkpoint's
     hyperparameters when ``ckpt_path`` is a file: presets and flags were dropped without a word (issue 15). For
     ``fit`` the kit compares them instead and refuses a resume that asks for another model (``resume_keys.py``);
-    ``validate``, ``test`` and ``predict`` keep Lightning's way (they evaluate the model the checkpoint holds).
+    ``validate``, ``test`` and ``predict`` keep Lightning's way (they evaluate the model the checkpoint holds), and
+    ``model_replaced`` gets the command's model settings and the checkpoint's.
     """
 
     def _parse_ckpt_path(self) -> None:
-        if self.config.get("subcommand") != "fit":  # type: ignore[attr-defined]
-            super()._parse_ckpt_path()  # type: ignore[misc]
+        subcommand = self.config.get("subcommand")  # type: ignore[attr-defined]
+        if subcommand == "fit":
+            return
+        given = self.config[subcommand].get("model") if subcommand else None  # type: ignore[attr-defined]
+        given = given.clone() if hasattr(given, "clone") else given
+        super()._parse_ckpt_path()  # type: ignore[misc]
+        if given is not None:
+            self.model_replaced(str(subcommand), given, self.config[subcommand].get("model"))  # type: ignore[attr-defined]
+
+    def model_replaced(self, subcommand: str, given: Any, loaded: Any) -> None:
+        """Called with the model settings the command gave and those it evaluates (the checkpoint's, or the same)."""
 
 
 class CLIInternals:

@@ -34,6 +34,7 @@ from .bad_input import (
     innermost_cause,
     refused_parse,
 )
+from .checkpoint_model import SaysReplacedModel
 from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
 from .project import Project, drop_unlanded_links
@@ -55,7 +56,7 @@ class SharedWhenCopied:
         return self
 
 
-class ProjectCLI(SharedWhenCopied, FitKeepsItsModel, CLIInternals, LightningCLI):
+class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInternals, LightningCLI):
     """LightningCLI with the project's links and starting configs, the safeguards always on, and run folders."""
 
     def __init__(self, *args: Any, project: Project, only: str | None = None, **kwargs: Any) -> None:
