@@ -2,13 +2,15 @@
 
 Step times: the project's ``fit`` of each setting (CPU, the configured loader), the settings taken in turn,
 three rounds; each fit gives its mean step (a logging step included in its share), each setting the best of
-its fits, with their interquartile range. ``runs``: one short ``fit``'s run folder copied (checkpoints
-hard-linked) into 10, 100 and 1,000 runs, and ``<package> runs`` timed in fresh processes.
+its fits, with their interquartile range. ``runs``: the records of one real ``fit`` of the tiny presets (its
+``config.yaml``, ``hparams.yaml`` and ``provenance.yaml``, as the command line writes them) copied into 10, 100
+and 1,000 run folders, and ``<package> runs`` timed in fresh processes.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -18,12 +20,13 @@ import time
 from pathlib import Path
 
 from alternate import robust_mean
-from common import PACKAGE, TINY_PRESETS, Row, fit_once, quartiles
+from common import PACKAGE, TINY_PRESETS, Row, config_flags, fit_once, quartiles
 from startup import command
 
 BATCH_SIZES = (32, 64, 128, 256)
 WIDTHS = ((8, 16), (16, 32), (32, 64), (64, 128))  # the default run's is (16, 32)
 RUN_COUNTS = (10, 100, 1000)
+RECORDS = ("config.yaml", "hparams.yaml", "provenance.yaml")  # a run folder's files besides checkpoints and events
 
 
 def step_ms(workdir: Path, steps: int, warmup: int, *flags: str, presets: tuple[str, ...]) -> float:
@@ -67,21 +70,45 @@ def step_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     return rows
 
 
+def real_run(workdir: Path) -> Path:
+    """The folder of one ``<package> fit`` of the tiny presets, run as a user runs it (the records that the
+    command line writes: an in-process ``fit`` writes no ``config.yaml`` or ``provenance.yaml``)."""
+    root = Path(tempfile.mkdtemp(prefix="real-", dir=workdir))
+    args = [*command(), "fit", *config_flags(*TINY_PRESETS), f"--trainer.default_root_dir={root}"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([*args, "--trainer.enable_progress_bar=false"], capture_output=True, text=True, env=env)
+    folders = [path.parent for path in root.glob("*/*/provenance.yaml")]
+    if done.returncode or len(folders) != 1:
+        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return folders[0]
+
+
+def children_cpu() -> float:
+    """CPU time (user and system, s) of this process's ended child processes so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def runs_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    _, _, run_dir = fit_once(workdir, 2, "--trainer.limit_val_batches=1", presets=TINY_PRESETS)
+    run_dir = real_run(workdir)
     root = Path(tempfile.mkdtemp(prefix="runs-", dir=workdir))
     rows, previous = [], 0
     seconds: dict[int, float] = {}
     for count in RUN_COUNTS[:1] if tiny else RUN_COUNTS:
         for index in range(previous, count):
-            shutil.copytree(run_dir, root / "growth" / f"run-{index:04d}", copy_function=os.link)
+            folder = root / "growth" / f"run-{index:04d}"
+            folder.mkdir(parents=True)
+            for name in RECORDS:
+                shutil.copy(run_dir / name, folder / name)
         previous = count
-        times = []
+        times, cpu = [], []
         for _ in range(1 if tiny else repeats):
-            start = time.perf_counter()
+            start, used = time.perf_counter(), children_cpu()
             done = subprocess.run([*command(), "runs", f"--root={root}"], capture_output=True, text=True)
             times.append(time.perf_counter() - start)
-            if done.returncode or done.stdout.count("\n") < count:
+            cpu.append(children_cpu() - used)  # what other work on the machine does not add to
+            # Every run listed with its record read (its status), none skipped.
+            if done.returncode or done.stdout.count(" finished ") != count:
                 raise RuntimeError(f"runs over {count} runs failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         seconds[count] = statistics.median(times)
         q1, _, q3 = quartiles(times)
@@ -93,7 +120,8 @@ def runs_rows(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
                 f"{count} runs",
                 seconds[count],
                 "s",
-                note=f"IQR {q1:.2f}-{q3:.2f} s over {len(times)} fresh processes; "
+                note=f"IQR {q1:.2f}-{q3:.2f} s over {len(times)} fresh processes, load {os.getloadavg()[0]:.1f}; "
+                f"CPU time {statistics.median(cpu):.2f} s; "
                 f"{1e3 * (seconds[count] - seconds[RUN_COUNTS[0]]) / max(1, count - RUN_COUNTS[0]):.1f} ms per "
                 f"run beyond {RUN_COUNTS[0]}",
             )

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import count
 from pathlib import Path
+from typing import Any
 
-from .records import read_record, session_status, usable_record
+from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
 CHECKPOINTS = "checkpoints"
@@ -140,10 +141,21 @@ def is_run(path: Path) -> bool:
 
 def runs(experiment_dir: Path) -> list[Path]:
     """The runs of an experiment, oldest first (by their recorded start, else by the folder's time)."""
+    return [run for run, _ in runs_with_records(experiment_dir)]
+
+
+def runs_with_records(experiment_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+    """The runs of an experiment, oldest first, each with its provenance record (``None``: it has none), each
+    record read once. A run whose ``provenance.yaml`` is not a record is named once on stderr and skipped."""
     if not experiment_dir.is_dir():
         return []
-    found = [path for path in experiment_dir.iterdir() if path.is_dir() and is_run(path) and usable_record(path)]
-    return sorted(found, key=_started)
+    found = []
+    for path in experiment_dir.iterdir():
+        if path.is_dir() and is_run(path):
+            record = read_record(path)
+            if record is not None or not (path / FILE).exists():
+                found.append((path, record))
+    return sorted(found, key=lambda item: _started(*item))
 
 
 def newest_run(experiment_dir: Path, filename: str) -> Path | None:
@@ -157,9 +169,8 @@ def run_of(checkpoint: Path) -> Path | None:
     return folder.parent if folder.name == CHECKPOINTS and is_run(folder.parent) else None
 
 
-def _started(run: Path) -> tuple[str, str]:
-    record = read_record(run) or {}
-    sessions = record.get("sessions") or [{}]
+def _started(run: Path, record: dict[str, Any] | None) -> tuple[str, str]:
+    sessions = (record or {}).get("sessions") or [{}]
     started = sessions[0].get("started") or datetime.fromtimestamp(run.stat().st_mtime).astimezone().isoformat()
     return str(started), run.name
 
@@ -183,8 +194,8 @@ def format_runs(root: Path, experiment: str | None = None) -> str:
     experiments = [root / experiment] if experiment else sorted(p for p in root.glob("*") if p.is_dir())
     rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND")]
     for experiment_dir in experiments:
-        for run in runs(experiment_dir):
-            record = read_record(run) or {}
+        for run, found in runs_with_records(experiment_dir):
+            record = found or {}
             progress, sessions = record.get("progress") or {}, record.get("sessions") or [{}]
             status = session_status(record) if record else "?"
             best = progress.get("best") or {}
