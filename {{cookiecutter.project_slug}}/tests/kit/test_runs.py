@@ -185,3 +185,20 @@ def test_runs_lists_each_run_with_its_status_and_the_command_to_continue(
     assert resume.endswith("fit -c runs/fixture/stopped/config.yaml --ckpt_path last")
     resumed = cli.build_cli(shlex.split(resume)[1:])
     assert resumed.trainer.global_step == 8
+
+
+def test_runs_skips_a_provenance_yaml_that_is_not_a_record_and_names_it(
+    run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cli("fit", *run_dir_flags(EXPERIMENT / "real"), *SHORT)
+    # Files named provenance.yaml that no `fit` wrote: a run's config copied there, another tool's sessions.
+    foreign = {"copied": (EXPERIMENT / "real" / "config.yaml").read_text(), "other": "sessions:\n- user: me\n"}
+    for name, text in foreign.items():
+        (EXPERIMENT / name).mkdir()
+        (EXPERIMENT / name / "provenance.yaml").write_text(text)
+    capsys.readouterr()
+    table = runs.format_runs(Path("runs"))
+    assert [row.split()[1:5:3] for row in table.splitlines()[1:]] == [["real", "finished"]]  # was: both `killed`
+    err = capsys.readouterr().err
+    for name, problem in (("copied", "no sessions"), ("other", "sessions[0]: no start time")):
+        assert f"warning: {EXPERIMENT / name / 'provenance.yaml'}: not a provenance record ({problem}); skipped" in err

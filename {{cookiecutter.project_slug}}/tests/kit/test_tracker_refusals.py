@@ -56,7 +56,8 @@ def test_a_tracker_that_cannot_work_is_one_error_line_and_writes_nothing(
     if case == "clash":  # another run of the experiment logs to that W&B id
         other = EXPERIMENT / "other"
         other.mkdir(parents=True)
-        (other / "provenance.yaml").write_text(yaml.safe_dump({"trackers": {"wandb": {"id": "abcd1234"}}}))
+        record = {"sessions": [{"started": "2026-01-01T00:00:00.000+00:00"}], "trackers": {"wandb": {"id": "abcd1234"}}}
+        (other / "provenance.yaml").write_text(yaml.safe_dump(record))
     if case == "no-key":  # a machine where nobody ran `wandb login`
         for variable in ("HOME", "WANDB_CONFIG_DIR"):
             monkeypatch.setenv(variable, str(Path("a-file").resolve()))

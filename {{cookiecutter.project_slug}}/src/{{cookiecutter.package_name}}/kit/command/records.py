@@ -1,4 +1,4 @@
-"""A run's ``provenance.yaml`` read back: the record, or why it is not one (edited by hand, damaged).
+"""A run's ``provenance.yaml`` read back: the record, or why it is not one (edited by hand, damaged, another file).
 
 A record that is not shaped as ``provenance.RunRecord`` writes it is named once on stderr and treated as absent by
 its readers (``runs``, ``--ckpt_path best|last``); ``RunRecord`` refuses to write over it.
@@ -59,7 +59,8 @@ def _load_record(run: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _shape_problem(record: object) -> str | None:
-    """What in ``record`` is not shaped as ``RunRecord`` writes it: the values the readers of a record rely on."""
+    """What in ``record`` is not shaped as ``RunRecord`` writes it: the values the readers of a record rely on, and
+    at least one session with its start (a YAML file without one, a copied config say, is not a run's record)."""
 
     def kind(value: object) -> str:
         return type(value).__name__
@@ -74,6 +75,8 @@ def _shape_problem(record: object) -> str | None:
             return f"sessions[{index}]: expected a mapping, got {kind(session)}"
         if not all(isinstance(session.get(key), (str, type(None))) for key in ("started", "status", "host")):
             return f"sessions[{index}]: started, status and host must be text"
+        if session.get("started") is None:
+            return f"sessions[{index}]: no start time"
     if not isinstance(progress, dict):
         return f"progress: expected a mapping, got {kind(progress)}"
     best = progress.get("best")
@@ -81,6 +84,8 @@ def _shape_problem(record: object) -> str | None:
         isinstance(best, dict) and isinstance(best.get("monitor"), str) and isinstance(best.get("value"), (int, float))
     ):
         return "progress.best: expected monitor and value"
+    if not sessions:  # `fit` writes its record once a session has started: a mapping without one is another file
+        return "no sessions"
     return None
 
 
