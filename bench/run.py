@@ -45,9 +45,10 @@ def main(tiny: bool = False, repeats: int = 5, only: list[str] | None = None) ->
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
         for name in names:
+            print(f"bench: {name} started", file=sys.stderr, flush=True)  # what a test waiting on this names
             began = time.perf_counter()
             rows += importlib.import_module(name).run(tiny=tiny, repeats=repeats, workdir=Path(workdir))
-            print(f"bench: {name} took {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            print(f"bench: {name} took {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     report = bench_report(rows, start, tiny)
     print(report)
     return report

@@ -18,7 +18,7 @@ import pytest
 import servers
 import torch
 import yaml
-from support import PACKAGE, TESTS
+from support import PACKAGE, child_path
 
 optuna = pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
 TrialState = optuna.trial.TrialState
@@ -28,6 +28,9 @@ SPACE = {"model.lr": {"float": [1.0e-3, 1.0e-1], "log": True}, "model.hidden": {
 # Longer trials than the fixture's (32 steps an epoch), with last.ckpt every 4 steps to interrupt them at.
 ARGS = ["--config=space.yaml", "--data.init_args.train_size=512", "--last_checkpoint.every_n_train_steps=4"]
 ARGS += ["--heartbeat_interval=1"]
+PATIENCE = 1800
+"""Seconds to wait for any one event (a checkpoint written, a search ended): seconds on a quiet machine, and far more
+than a machine 10x slower needs. Giving up names the event and shows the search's threads and the end of its log."""
 
 
 @pytest.fixture
@@ -37,9 +40,11 @@ def space(in_tmp: Path) -> Path:
 
 
 def start(*args: str, log: str = "out.log") -> subprocess.Popen[bytes]:
-    """Starts ``python -m <package> search *args`` (output to ``log``); the fixture task imports in it."""
-    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
+    """Starts ``python -m <package> search *args`` (output to ``log``); the fixture task imports in it.
+
+    With faulthandler on, SIGABRT makes it print every thread's stack first (see ``gave_up``).
+    """
+    env = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", "PYTHONFAULTHANDLER": "1"}
     with open(log, "w") as out:  # a file, not a pipe: see support.launch
         # SIGINT as a terminal delivers it, even when this test runs where SIGINT is ignored.
         return subprocess.Popen(
@@ -51,21 +56,51 @@ def start(*args: str, log: str = "out.log") -> subprocess.Popen[bytes]:
         )
 
 
-def wait_for_checkpoint(process: subprocess.Popen[bytes], pattern: str, after: float, timeout: float = 180) -> Path:
-    """The first file matching ``pattern`` written after ``after`` (a time), while ``process`` runs."""
-    deadline = time.monotonic() + timeout
+def written(pattern: str) -> set[tuple[str, int, int]]:
+    """The files matching ``pattern`` as they are now: a checkpoint written over (``os.replace``) is another one."""
+    found = set()
+    for name in glob.glob(pattern):
+        with contextlib.suppress(FileNotFoundError):
+            stat = os.stat(name)
+            found.add((name, stat.st_ino, stat.st_mtime_ns))
+    return found
+
+
+def wait_for_checkpoint(
+    process: subprocess.Popen[bytes], pattern: str, before: set[tuple[str, int, int]], log: str = "out.log"
+) -> Path:
+    """The first file matching ``pattern`` that is not one of ``before`` (``written``), while ``process`` runs."""
+    deadline = time.monotonic() + PATIENCE
     while time.monotonic() < deadline:
-        for name in glob.glob(pattern):
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(name).st_mtime > after:
-                    return Path(name)
-        assert process.poll() is None, f"the search ended ({process.returncode}) before {pattern} was written"
+        if new := written(pattern) - before:
+            return Path(min(new)[0])
+        if process.poll() is not None:
+            raise AssertionError(
+                f"the search ended ({process.returncode}) before it wrote {pattern}:\n{Path(log).read_text()[-3000:]}"
+            )
         time.sleep(0.01)
-    raise AssertionError(f"no {pattern} within {timeout} s")
+    raise gave_up(process, f"the search to write {pattern}", log)
 
 
-def finish(process: subprocess.Popen[bytes], log: str = "out.log", timeout: float = 300) -> tuple[int, str]:
-    return process.wait(timeout), Path(log).read_text()
+def finish(process: subprocess.Popen[bytes], waiting_for: str, log: str = "out.log") -> tuple[int, str]:
+    """The exit code and output of ``process``, once it ends (``waiting_for`` says what should end it)."""
+    try:
+        return process.wait(PATIENCE), Path(log).read_text()
+    except subprocess.TimeoutExpired:
+        raise gave_up(process, waiting_for, log) from None
+
+
+def gave_up(process: subprocess.Popen[bytes], waiting_for: str, log: str) -> AssertionError:
+    """Ends ``process``, its threads' stacks printed into ``log`` (faulthandler, on SIGABRT); the error to raise."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGABRT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    tail = Path(log).read_text()[-20000:]  # the stacks, most recent call first
+    return AssertionError(f"waited {PATIENCE} s for {waiting_for}; gave up. {log} ends:\n{tail}")
 
 
 def load_study(storage: str | None = None, name: str = "search") -> optuna.Study:
@@ -80,30 +115,32 @@ def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(sp
     last = str(SEARCH / "trial-000" / "checkpoints" / "last.ckpt")
     # SIGTERM: the running trial saves at the next step and the worker exits 143, its trial queued again.
     search = start(*ARGS, "--trials=2")
-    wait_for_checkpoint(search, last, after=0)
+    wait_for_checkpoint(search, last, before=set())
     search.send_signal(signal.SIGTERM)
-    code, out = finish(search)
+    code, out = finish(search, "the search to exit on SIGTERM")
     assert code == 143, out[-3000:]
     assert "trial 0 stopped: saved in runs/fixture/search/trial-000" in out
     trials = load_study().get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     assert trials[1].system_attrs["failed_trial"] == 0
     # Ctrl-C: the same, exit 130 and the table so far.
+    before = written(last)
     search = start(*ARGS, "--trials=2")
-    wait_for_checkpoint(search, last, after=time.time())
+    wait_for_checkpoint(search, last, before)
     search.send_signal(signal.SIGINT)
-    code, out = finish(search)
+    code, out = finish(search, "the search to exit on Ctrl-C")
     assert code == 130, out[-3000:]
     assert "rank  trial  state" in out
     assert "trial 1 stopped" in out
     # SIGKILL: nothing runs any more; the trial stays "running" in the study until a worker finds its process gone.
+    before = written(last)
     search = start(*ARGS, "--trials=2")
-    wait_for_checkpoint(search, last, after=time.time())
+    wait_for_checkpoint(search, last, before)
     search.kill()
-    assert search.wait(60) == -signal.SIGKILL
+    assert finish(search, "the search to die of SIGKILL")[0] == -signal.SIGKILL
     assert [t.state for t in load_study().get_trials()][-1] == TrialState.RUNNING
     # Restarted, the study goes on: the killed trial is failed and run again, then the second trial; nothing else.
-    code, out = finish(start(*ARGS, "--trials=2"))
+    code, out = finish(start(*ARGS, "--trials=2"), "the restarted search to run the killed trial and the second")
     assert code == 0, out[-3000:]
     trials = load_study().get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL] * 3 + [TrialState.COMPLETE] * 2
@@ -123,12 +160,12 @@ def test_sigterm_ctrl_c_and_sigkill_stop_a_trial_that_resumes_and_counts_once(sp
 @pytest.mark.slow
 def test_two_workers_share_the_journal_and_a_killed_one_s_trial_is_run_again(space: Path) -> None:
     search = start(*ARGS, "--trials=3", "--workers=2")
-    first = wait_for_checkpoint(search, str(SEARCH / "trial-*" / "checkpoints" / "last.ckpt"), after=0)
+    first = wait_for_checkpoint(search, str(SEARCH / "trial-*" / "checkpoints" / "last.ckpt"), before=set())
     number = int(first.parent.parent.name.removeprefix("trial-"))
     worker = load_study().get_trials()[number].system_attrs["heartbeat"]["pid"]
     assert worker != search.pid
     os.kill(worker, signal.SIGKILL)
-    code, out = finish(search)
+    code, out = finish(search, "the search to run the killed worker's trial again and finish its 3 trials")
     assert code == 0, out[-3000:]
     assert "died (SIGKILL)" in out
     trials = load_study().get_trials()
@@ -151,7 +188,7 @@ def test_workers_on_two_machines_join_one_study_in_postgresql(space: Path, postg
     # Two commands with run directories of their own stand for two machines; the study's name joins them.
     common = ["--config=space.yaml", f"--storage={postgres}", "--trials=4", "--heartbeat_interval=1"]
     machines = {name: start(*common, f"--trainer.default_root_dir={name}", log=f"{name}.log") for name in "ab"}
-    results = {name: finish(process, log=f"{name}.log") for name, process in machines.items()}
+    results = {name: finish(process, "its 4 trials to end", f"{name}.log") for name, process in machines.items()}
     for code, out in results.values():
         assert code == 0, out[-3000:]
         assert f"study in {postgres}" in out
