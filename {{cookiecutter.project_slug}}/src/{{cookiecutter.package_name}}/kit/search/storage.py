@@ -42,7 +42,9 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     """Optuna's journal storage in a file, with heartbeats: a trial is stale once its worker is gone."""
 
     def __init__(self, path: Path, heartbeat_interval: int, grace_period: int) -> None:
-        super().__init__(JournalFileBackend(str(path)))
+        # Absolute: Optuna's lock is a symlink to the file, and a relative target never resolves, so a lock left by a
+        # killed process was never found stale (every waiter spun for good instead of taking it after 30 s).
+        super().__init__(JournalFileBackend(str(path.absolute())))
         self.path, self.heartbeat_interval, self.grace_period = path, heartbeat_interval, grace_period
 
     def record_heartbeat(self, trial_id: int) -> None:
@@ -140,7 +142,7 @@ def study_exists(storage: str | None, search_dir: Path, study_name: str) -> bool
         if not path.is_file():
             return False
         check_journal(path, f"--storage {storage}" if storage else str(path))
-        opened: optuna.storages.BaseStorage = JournalStorage(JournalFileBackend(str(path)))
+        opened: optuna.storages.BaseStorage = JournalStorage(JournalFileBackend(str(path.absolute())))
     else:
         opened = open_storage(storage, search_dir, heartbeat_interval=10, grace_period=60)
     return any(study.study_name == study_name for study in opened.get_all_studies())
