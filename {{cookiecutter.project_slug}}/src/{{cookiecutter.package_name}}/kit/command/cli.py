@@ -21,8 +21,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import CLIInternals, FitKeepsItsModel
 from ..observe.first_screen import quiet_lightning
-from ..safety.checkpoints import BestCheckpoint, LastCheckpoint, checkpoint_dir
-from ..safety.lost_process import lost_process
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
+from ..safety.lost_process import exit_if_lost
 from ..safety.signals import STOP
 from ..trackers.checks import check_trackers, resolve_trackers
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
@@ -39,7 +39,7 @@ from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
 from .project import Project, drop_unlanded_links
 from .provenance import drawn_seed
-from .run_config import CONFIG, follow_the_folder, newest_evaluated_run, with_config_first
+from .run_config import follow_the_folder, with_newest_run_config
 from .runs import RunDirectory
 from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
@@ -96,12 +96,8 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         words = [str(arg) for arg in given]
-        if (run := newest_evaluated_run(subcommand, config, words)) is not None:  # its own config, not the example's
-            rank_zero_info(
-                f"{subcommand}: the newest run with a {config.ckpt_path}.ckpt is {run}: its config.yaml first"
-            )
-            self.config = parser.parse_args(with_config_first(words, str(subcommand), run / CONFIG))
-            config = self.config[subcommand]
+        if (found := with_newest_run_config(parser, subcommand, config, words)) is not None:
+            self.config, config = found, found[subcommand]
         if problem := refused_parse(config) or follow_the_folder(config, words):
             parser.error(problem)
         if config.get("seed_everything") is True:  # Lightning 2.6 seeds 0 for `true` (see drawn_seed)
@@ -116,8 +112,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             except BadInputError as error:
                 self._refuse(error)
 
-    def instantiate_classes(self) -> None:
-        # Everything is built from the config here: whatever a constructor raises is about a configured value.
+    def instantiate_classes(self) -> None:  # whatever a constructor raises here is about a configured value
         try:
             super().instantiate_classes()
         except Exception as error:
@@ -165,17 +160,12 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             self.parser.error(str(error))
         if self.subcommand and arguments.get("ckpt_path") is not None:
             arguments["ckpt_path"] = ckpt_path  # `best`/`last` resolved to a file
-        callbacks = (
-            session.save_config(self.subcommand_parser(self.subcommand), self.config[self.subcommand])
-            if self.subcommand
-            else []
-        )
+        parser, parsed = self.subcommand_parser(self.subcommand), self.config.get(str(self.subcommand), self.config)
+        callbacks = session.save_config(parser, parsed) if self.subcommand else []
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
         kwargs["logger"] = session.loggers(self.config_value(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        callbacks += as_list(
-            self.config_value(self.config_init, "best_checkpoint")
-        )  # none with `best_checkpoint: null`
+        callbacks += as_list(self.config_value(self.config_init, "best_checkpoint"))  # none: `best_checkpoint: null`
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
@@ -183,10 +173,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
             raise
         if isinstance(trainer, ProjectTrainer):
-            trainer.command = (
-                self.subcommand_parser(self.subcommand),
-                self.config.get(str(self.subcommand), self.config),
-            )
+            trainer.command = (parser, parsed)
         if self.subcommand:
             session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
         return trainer
@@ -202,11 +189,8 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
         with STOP.installed(), self.session.watching():
-            if STOP.ignored:  # the shell's convention wins: nohup's SIGHUP, a background job's SIGINT
-                rank_zero_info(
-                    f"{' and '.join(STOP.ignored)} ignored as this command started (nohup, or a background"
-                    " job): they will not stop it"
-                )
+            if said := STOP.said_ignored():  # the shell's convention wins: nohup's SIGHUP, a background job's SIGINT
+                rank_zero_info(said)
             try:
                 run()
             except BaseException as error:
@@ -218,9 +202,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
                     self._refuse(error)
                 self.session.end(error)
                 self.session.exit_if_folder_gone(str(self.subcommand))
-                last = checkpoint_dir(self.trainer) / "last.ckpt" if self.subcommand == "fit" else None
-                if lost := lost_process(self.trainer, error, last):
-                    sys.exit(f"error: {lost}")
+                exit_if_lost(self.trainer, error, str(self.subcommand))
                 raise
         self.session.end(None)
 

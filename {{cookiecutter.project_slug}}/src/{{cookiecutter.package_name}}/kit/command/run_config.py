@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from .project import SUBCOMMANDS
 from .records import FILE
@@ -86,6 +87,15 @@ def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str
     found = [run for folder in sorted(root.glob("*")) if folder.is_dir() for run in runs(folder)]
     having = [run for run in found if (run / CHECKPOINTS / filename).is_file()]
     return max(having, key=lambda run: (run / FILE).stat().st_mtime) if having else None
+
+
+def with_newest_run_config(parser: Any, subcommand: str | None, config: Any, args: Sequence[str]) -> Any | None:
+    """The command parsed again with the newest run's config first, where ``newest_evaluated_run`` finds one (one
+    line says which run); ``None`` otherwise."""
+    if (run := newest_evaluated_run(subcommand, config, args)) is None:
+        return None
+    rank_zero_info(f"{subcommand}: the newest run with a {config.ckpt_path}.ckpt is {run}: its config.yaml first")
+    return parser.parse_args(with_config_first(args, str(subcommand), run / CONFIG))
 
 
 def with_config_first(args: Sequence[str], subcommand: str, path: Path) -> list[str]:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
+
+from .checkpoints import checkpoint_dir
 
 PEER_GONE = re.compile(
     r"Connection (reset|closed) by peer|Broken pipe|remote process exited|NCCL communicator was aborted|"
@@ -21,6 +24,13 @@ PEER_GONE = re.compile(
     re.IGNORECASE,
 )
 """What gloo and NCCL say when a process of the group is gone."""
+
+
+def exit_if_lost(trainer: pl.Trainer, error: BaseException, subcommand: str) -> None:
+    """Exits 1 with one ``error:`` line when ``error`` means another process of the run was lost."""
+    last = checkpoint_dir(trainer) / "last.ckpt" if subcommand == "fit" else None
+    if lost := lost_process(trainer, error, last):
+        sys.exit(f"error: {lost}")
 
 
 def lost_process(trainer: pl.Trainer, error: BaseException, last: Path | None) -> str | None:

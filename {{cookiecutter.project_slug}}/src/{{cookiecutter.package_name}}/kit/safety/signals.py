@@ -96,6 +96,13 @@ class StopSignals:
                 if callable(handler) and handler is not signal.default_int_handler:
                     handler(unhandled, None)
 
+    def said_ignored(self) -> str | None:
+        """The line that says which stop signals stay ignored, or ``None``."""
+        if not self.ignored:
+            return None
+        ignored = " and ".join(self.ignored)
+        return f"{ignored} ignored as this command started (nohup, or a background job): they will not stop it"
+
     def _record(self, signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and self.pending == signal.SIGINT:
             raise Interrupted()  # the second Ctrl-C
