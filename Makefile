@@ -8,22 +8,24 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test test-stacks lint bench clean
+.PHONY: help setup main test test-faults test-stacks lint bench clean
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
-# The MLflow tracking server the generated trackers' tests start runs from an environment of its own (~1 min to
-# build): the `mlflow` server package, whose pandas, numpy and aiohttp stay out of .venv (mlflow-server.txt says why).
+# The MLflow tracking server runkit's trackers' tests start runs from an environment of its own (~1 min to build):
+# the `mlflow` server package, whose pandas, numpy and aiohttp stay out of .venv (mlflow-server.txt says why).
 MLFLOW_VENV ?= .venv-mlflow
-MLFLOW_SERVER_REQUIREMENTS := {{cookiecutter.project_slug}}/scripts/mlflow-server.txt
+MLFLOW_SERVER_REQUIREMENTS := runkit/tests/mlflow-server.txt
 
 setup: $(VENV)/.installed $(MLFLOW_VENV)/.installed ## Create .venv with the pinned stack (constraints.txt), and .venv-mlflow.
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt runkit/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet --constraint constraints.txt --group dev
+	# runkit, editable from this checkout: what every baked project runs (their tests install them --no-deps).
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable runkit
 	touch $@
 
 $(MLFLOW_VENV)/.installed: $(MLFLOW_SERVER_REQUIREMENTS)
@@ -38,20 +40,25 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
-# Two workers: the generated suite (one test, minutes, mostly on one core) runs beside the rest; idle ones steal work.
-test: setup ## Run every test: lint, hooks, bakes, and each generated project's own suite.
+# Two workers: runkit's suite and the generated project's (one test each, minutes) run beside the rest; idle ones
+# steal work.
+test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
 	MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --numprocesses 2 --dist worksteal
 
 # Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
 # the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
+# runkit's long tests (~45 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
+test-faults: setup ## Run runkit's long tests, marked faults, that `make test` leaves out.
+	cd runkit && MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --faults -m faults $(ARGS)
+
 test-stacks: setup ## Run the default project's suite on the lowest and the newest stack it declares (stacks-results.txt).
 	$(BIN)/python scripts/test_stacks.py --python $(PYTHON) $(ARGS)
 
-bench: setup ## Measure the kit in a baked default project (docs/benchmarks.md); ARGS: e.g. --only '[overhead]'
+bench: setup ## Measure runkit in a baked default project (runkit/docs/benchmarks.md); ARGS: e.g. --only '[overhead]'
 	rm -rf $(PROJECT)
 	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --editable $(PROJECT)
-	$(BIN)/python bench/run.py $(ARGS)
+	$(BIN)/python runkit/bench/run.py $(ARGS)
 
 lint: setup ## Lint the template repository (generated projects are linted by the tests).
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

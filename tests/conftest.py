@@ -18,7 +18,7 @@ from cookiecutter.main import cookiecutter
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 # cruft works on a git repository of the template: these are all the template's files.
-TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}")
+TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}", "runkit")
 GIT_ENVIRONMENT = {
     "GIT_AUTHOR_NAME": "Template Test",
     "GIT_AUTHOR_EMAIL": "test@example.com",
@@ -30,9 +30,12 @@ GIT_ENVIRONMENT = {
 }
 
 
+LONG = ("test_runkit_passes_its_whole_suite", "test_default_project_passes_its_whole_suite")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The generated project's whole suite (minutes) first, so `make test`'s other worker runs everything else."""
-    items.sort(key=lambda item: item.name != "test_default_project_passes_its_whole_suite")
+    """runkit's suite and the generated project's whole suite (minutes each) first, one per `make test` worker."""
+    items.sort(key=lambda item: item.name not in LONG)
 
 
 def bake(output_dir: Path, **answers: str) -> Path:
@@ -134,7 +137,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
 # the default bake; the code of every bake is the same, only metadata differs).
 SMOKE_TESTS = (
     "tests/task/test_configs.py::test_no_config_builds_the_default_run",
-    "tests/kit/test_cli.py::test_python_dash_m_and_console_script",
+    "tests/test_kit_smoke.py",
 )
 
 

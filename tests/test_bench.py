@@ -19,7 +19,7 @@ a machine 10x slower needs, within CI's 90 min. Giving up names what was running
 
 def run_to_the_end(args: list[str], env: dict[str, str], cwd: Path) -> str:
     """Runs ``args`` (a bench script) until it exits 0; its stdout. Fails when it fails or still runs after
-    ``PATIENCE``, naming the comparison it was in (bench/run.py says on stderr when each starts)."""
+    ``PATIENCE``, naming the comparison it was in (runkit/bench/run.py says on stderr when each starts)."""
     out, err = cwd / "stdout.txt", cwd / "stderr.txt"
     env = {**env, "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints every thread's stack before it ends the process
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -45,7 +45,7 @@ def run_to_the_end(args: list[str], env: dict[str, str], cwd: Path) -> str:
 @pytest.mark.slow
 def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
-    args = [sys.executable, str(ROOT / "bench" / "run.py"), "--tiny=true"]
+    args = [sys.executable, str(ROOT / "runkit" / "bench" / "run.py"), "--tiny=true"]
     table = run_to_the_end(args, env, tmp_path)
     for comparison in (
         "Trainer overhead",
@@ -80,7 +80,7 @@ def test_overhead_profile_lists_where_fit_spends_more_than_the_loop(
     installed: Callable[..., Path], tmp_path: Path
 ) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
-    args = [sys.executable, str(ROOT / "bench" / "overhead_profile.py"), "--short=2", "--long=4", "--rows=40"]
+    args = [sys.executable, str(ROOT / "runkit" / "bench" / "overhead_profile.py"), "--short=2", "--long=4", "--rows=40"]
     rows = [line for line in run_to_the_end(args, env, tmp_path).splitlines() if line.startswith(("| +", "| -"))]
     assert len(rows) == 40
     assert any("lightning/pytorch/" in row for row in rows)  # Lightning's per-step calls are where fit spends more

@@ -11,6 +11,7 @@ load average of the machine is in the notes.
 
 from __future__ import annotations
 
+import importlib
 import os
 import statistics
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 import yaml
-from common import Row, project
+from common import Row
 
 
 class RunRecord:
@@ -51,7 +52,10 @@ def timed(action: Any) -> float:
 
 
 def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
-    checkpoint_io, digests = project("kit.safety.checkpoint_io"), project("kit.safety.digests")
+    checkpoint_io, digests = (
+        importlib.import_module("runkit.safety.checkpoint_io"),
+        importlib.import_module("runkit.safety.digests"),
+    )
     numbers = 2**18 if tiny else 2**25  # per tensor: 1 MiB or 128 MiB of float32
     state = {"state_dict": {f"layer{index}.weight": torch.randn(numbers) for index in range(8)}, "global_step": 1}
     run_dir = workdir / "digests" / "run"

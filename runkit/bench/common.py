@@ -22,7 +22,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-ROOT = Path(os.environ.get("BENCH_PROJECT") or Path(__file__).resolve().parents[1] / "build" / "image-classifier")
+ROOT = Path(os.environ.get("BENCH_PROJECT") or Path(__file__).resolve().parents[2] / "build" / "image-classifier")
 CONFIGS = ROOT / "configs"
 TINY_PRESETS = ("debug/tiny", "example/small_data")  # tiny mode: a few batches of 256 images, seconds
 if not (ROOT / "src").is_dir():
@@ -31,7 +31,7 @@ if not (ROOT / "src").is_dir():
 
 
 def project(module: str) -> ModuleType:
-    """A submodule of this project's package, e.g. ``project("kit.safety.checkpoints")``."""
+    """A submodule of this project's package, e.g. ``importlib.import_module("runkit.safety.checkpoints")``."""
     return importlib.import_module(f"{PACKAGE}.{module}")
 
 

@@ -14,6 +14,7 @@ graphs a ``fit`` compiles besides the training one. ``--profile true`` prints wh
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
 import statistics
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import Row, build, judge, project, quartiles
+from common import Row, build, judge, quartiles
 from jsonargparse import CLI
 from torch.profiler import ProfilerActivity, profile
 
@@ -46,7 +47,7 @@ def worker(steps: int = 30, backend: str = "inductor", profile_steps: int = 0) -
     data, factory = built.datamodule, built.model.optimizer_factory
     eager = built.model.network
     compiled = copy.deepcopy(eager)  # the same weights
-    with_fast_step = project("kit").with_fast_step
+    with_fast_step = importlib.import_module("runkit").with_fast_step
     optimizers = {"eager": factory(eager.parameters()), "compiled": with_fast_step(factory(compiled.parameters()))}
     compiled.compile(backend=backend)
     shape = (data.batch_size, data.in_channels, data.image_size, data.image_size)

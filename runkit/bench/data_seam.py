@@ -9,16 +9,17 @@ The seam's own work per batch is also timed alone, against a whole step.
 
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 
-from common import TINY_PRESETS, Row, StepTimer, best_median_ms, build, fit_once, judge, median_ratios, project, steady
+from common import TINY_PRESETS, Row, StepTimer, best_median_ms, build, fit_once, judge, median_ratios, steady
 from torch.utils.data import DataLoader, Dataset
 
 
 def seam_fit(workdir: Path, steps: int, resumable: bool, workers: int, presets: tuple[str, ...]) -> StepTimer:
     """A CPU ``fit`` of ``steps`` optimizer steps, with the kit's resumable train loader or the user's own."""
-    without = None if resumable else project("kit.safety.resume").ExactResume
+    without = None if resumable else importlib.import_module("runkit.safety.resume").ExactResume
     built, timer, _ = fit_once(
         workdir, steps, f"--data.init_args.num_workers={workers}", presets=presets, without=without
     )
@@ -46,7 +47,7 @@ def seam_alone_ms(batches: int, batch_size: int, repeats: int) -> list[float]:
     Timed on a dataset whose samples cost nothing, through the seam and directly; one value per round.
     """
     dataset = _Nothing(batch_size * 8)
-    make_resumable = project("kit.safety.resumable_data").make_resumable
+    make_resumable = importlib.import_module("runkit.safety.resumable_data").make_resumable
     loader, _ = make_resumable(DataLoader(dataset, batch_size, shuffle=True), seed=0)
     keys = list(loader.sampler)[:batch_size]  # (seed, epoch, index) of one batch
     indices = [index for _, _, index in keys]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import PACKAGE, TINY_PRESETS, config_flags
 
-FORK = f"import {PACKAGE}.kit.safety.worker_start as w\nw.fork_can_hang = lambda *args: False\n"
+FORK = "import runkit.safety.worker_start as w\nw.fork_can_hang = lambda *args: False\n"
 """The ``sitecustomize`` of ``--start fork``: the kit's check says no fork can hang, so workers fork."""
 
 

@@ -16,6 +16,7 @@ cost row compares whole short runs, alternated.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import statistics
 import sys
@@ -30,7 +31,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from alternate import Baton, Paced, Side, alternate, paired
-from common import TINY_PRESETS, Row, build, judge, project, quartiles
+from common import TINY_PRESETS, Row, build, judge, quartiles
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.seed import isolate_rng
 from torch.utils.tensorboard import SummaryWriter
@@ -51,7 +52,9 @@ def hand_loop(side: Side, built: Any, run_dir: Path, steps: int, resumable: bool
     accuracy, mean_loss = model.metrics["train_acc"], model.metrics["train_loss"]  # the module's metric objects
     data.setup("fit")
     optimizer = model.optimizer_factory(network.parameters())
-    build_schedule = project("kit.parts.optimization").build_schedule  # the run length by keyword, as in fit
+    build_schedule = importlib.import_module(
+        "runkit.parts.optimization"
+    ).build_schedule  # the run length by keyword, as in fit
     scheduler = build_schedule(model.scheduler_factory, optimizer, lambda: steps) if model.scheduler_factory else None
     writer = SummaryWriter(str(run_dir))
 
@@ -64,7 +67,7 @@ def hand_loop(side: Side, built: Any, run_dir: Path, steps: int, resumable: bool
             model.metrics["val_loss"](F.cross_entropy(logits, labels), weight=len(labels))
     network.train()
     if resumable:  # the batches the project's `fit` trains on: the user's loader rebuilt by the kit
-        loader, _ = project("kit.safety.resumable_data").make_resumable(
+        loader, _ = importlib.import_module("runkit.safety.resumable_data").make_resumable(
             data.train_dataloader(), int(os.environ["PL_GLOBAL_SEED"])
         )
     else:

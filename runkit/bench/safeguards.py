@@ -8,6 +8,7 @@ NaN check in ``MeanMetric.update``), so it waits for no further device work; on 
 
 from __future__ import annotations
 
+import importlib
 import statistics
 import time
 from pathlib import Path
@@ -20,14 +21,14 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 def guarded_fit(workdir: Path, steps: int, guard: bool, presets: tuple[str, ...]) -> tuple[StepTimer, Path]:
     """A CPU ``fit`` of ``steps`` optimizer steps, with or without ``StopOnNonFinite``."""
-    without = None if guard else project("kit.safety.nonfinite").StopOnNonFinite
+    without = None if guard else importlib.import_module("runkit.safety.nonfinite").StopOnNonFinite
     _, timer, run_dir = fit_once(workdir, steps, presets=presets, without=without)
     return timer, run_dir / "checkpoints" / "last.ckpt"
 
 
 def check_alone_us(calls: int) -> float:
     """Microseconds per call of the check on a finite scalar loss."""
-    guard, loss = project("kit.safety.nonfinite").StopOnNonFinite(), torch.tensor(2.3)
+    guard, loss = importlib.import_module("runkit.safety.nonfinite").StopOnNonFinite(), torch.tensor(2.3)
     start = time.perf_counter()
     for _ in range(calls):
         guard.on_before_backward(None, None, loss)  # type: ignore[arg-type]
@@ -35,7 +36,7 @@ def check_alone_us(calls: int) -> float:
 
 
 def validation_rows(tiny: bool, repeats: int) -> list[Row]:
-    synthetic, data_checks = project("task.gratings"), project("kit.safety.data_checks")
+    synthetic, data_checks = project("task.gratings"), importlib.import_module("runkit.safety.data_checks")
     rows = []
     for label, size in (("the default data (train + val + test)", 14_000), ("a large set", 200_000)):
         size = min(size, 2_000) if tiny else size
@@ -71,7 +72,10 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
     rows = []
     for label, payload in (("the default ConvNet", checkpoint), ("a large state", big)):
         times: dict[str, list[float]] = {"lightning": [], "atomic": []}
-        writers = {"lightning": TorchCheckpointIO(), "atomic": project("kit.safety.checkpoint_io").AtomicCheckpointIO()}
+        writers = {
+            "lightning": TorchCheckpointIO(),
+            "atomic": importlib.import_module("runkit.safety.checkpoint_io").AtomicCheckpointIO(),
+        }
         for repeat in range(max(3, repeats)):
             order = ("lightning", "atomic") if repeat % 2 == 0 else ("atomic", "lightning")
             for side in order:
@@ -98,7 +102,7 @@ def write_rows(checkpoint: dict[str, Any], workdir: Path, repeats: int, tiny: bo
 def weights_check_us(workdir: Path, presets: tuple[str, ...], calls: int) -> float:
     """Microseconds per call of the weights check after an optimizer step, on the default run's model."""
     built = build(workdir / "weights-check", presets=presets)
-    guard = project("kit.safety.nonfinite").StopOnNonFinite()
+    guard = importlib.import_module("runkit.safety.nonfinite").StopOnNonFinite()
     start = time.perf_counter()
     for _ in range(calls):
         guard.on_optimizer_step_end(built.trainer, built.model)

@@ -1,7 +1,9 @@
-"""Fixtures of the kit's tests: every command runs the fixture task (``fixture.yaml``), never the example."""
+"""Fixtures of the kit's tests: every command runs the fixture task (``fixture.yaml``), never a project's task; and
+runkit's pytest plugin (``runkit.testing.fixtures``: ``--faults``, the ``gpu`` skip, ``in_tmp``, ...)."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,7 +12,8 @@ from types import ModuleType
 import pytest
 from support import PACKAGE, TESTS, launch, submodule
 
-FIXTURE_CONFIG = TESTS / "kit" / "fixture.yaml"
+pytest_plugins = ["runkit.testing.fixtures"]
+FIXTURE_CONFIG = TESTS / "fixture.yaml"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -20,13 +23,13 @@ def _fixture_task() -> Iterator[None]:
     Module-scoped, so that module-scoped fixtures (a shared trained run) see it too.
     """
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+        patch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
         yield
 
 
 @pytest.fixture(scope="session")
 def cli() -> ModuleType:
-    return submodule("cli")
+    return importlib.import_module("fixture_cli")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from support import ROOT
+from support import REPO
 
 MLFLOW_SERVER_ENV = "MLFLOW_SERVER"
 """The ``mlflow`` command of an environment with the tracking server (``make mlflow-server`` builds one in
@@ -72,7 +72,7 @@ def mlflow_server_found() -> str | None:
     The server runs from an environment of its own, as a team's server runs apart from its training jobs: the
     full ``mlflow`` package would bring scipy, scikit-learn and pandas into the project's environment.
     """
-    for candidate in (os.environ.get(MLFLOW_SERVER_ENV), str(ROOT / ".venv-mlflow" / "bin" / "mlflow")):
+    for candidate in (os.environ.get(MLFLOW_SERVER_ENV), str(REPO / ".venv-mlflow" / "bin" / "mlflow")):
         if candidate and Path(candidate).is_file():
             return candidate
     return None

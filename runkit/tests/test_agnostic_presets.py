@@ -13,9 +13,8 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import ROOT, TESTS, refused, submodule
+from support import CONFIGS, TESTS, refused, submodule
 
-CONFIGS = ROOT / "configs"
 OWN_TESTS = {"distributed", "logger", "data", "predict", "search", "example"}  # other processes, extras, data, tests
 AGNOSTIC = sorted(  # the folders with tests of their own aside
     str(path.relative_to(CONFIGS).with_suffix(""))
@@ -33,7 +32,8 @@ BORING = ["--model=lightning.pytorch.demos.BoringModel", "--data=lightning.pytor
 
 def example_keys(preset: str) -> list[str]:
     """The keys of ``preset`` under the model's or the data's arguments (what only the example's classes take)."""
-    config = yaml.safe_load((CONFIGS / f"{preset}.yaml").read_text()) or {}
+    text = (CONFIGS / f"{preset}.yaml").read_text().replace("{{ cookiecutter.package_name }}", "example")  # unrendered
+    config = yaml.safe_load(text) or {}
     return [f"{key}.init_args" for key in ("model", "data") if "init_args" in (config.get(key) or {})]
 
 
@@ -55,7 +55,7 @@ def test_agnostic_preset_fits_code_that_is_not_the_example(
     task: str,
 ) -> None:
     if task == "BoringModel":  # the Trainer settings of the kit's tests only: no metric of the fixture's named
-        monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "foreign.yaml"))
+        monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
     if preset == "precision/fp16" and not torch.cuda.is_available():
         pytest.skip("fp16 runs as bf16 on a CPU, with a warning: precision/bf16 covers it")
     args = ["fit", f"--config={CONFIGS / preset}.yaml", *FEW_STEPS, *(BORING if task != "fixture" else [])]

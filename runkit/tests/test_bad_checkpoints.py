@@ -27,7 +27,7 @@ import torch
 from support import digest, read_only, refused, run_dir_flags, submodule
 from torch import Tensor
 
-checkpoint_io = submodule("kit.safety.checkpoint_io")
+checkpoint_io = submodule("safety.checkpoint_io")
 
 RunCli = Callable[..., object]
 

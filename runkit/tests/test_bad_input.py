@@ -17,10 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from faults import fault
 from support import PACKAGE, launch, refused, run_dir_flags, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from runkit.testing.faults import fault
 
 RunCli = Callable[..., object]
 
@@ -239,7 +240,7 @@ def test_a_read_only_file_system_is_named_as_one(in_tmp: Path) -> None:
         (["--trainer.precision=17"], "error: trainer.precision: expected one of 64, 32, 16, 'transformer-engine'"),
         (
             ["--best_checkpoint.mode=up"],
-            f"error: best_checkpoint: Problem with given class_path '{PACKAGE}.kit.BestCheckpoint': mode: expected"
+            "error: best_checkpoint: Problem with given class_path 'runkit.BestCheckpoint': mode: expected"
             " one of 'min', 'max'; got 'up'",
         ),
         (["--model.init_args.optimizer=adam"], "optimizer: Expected a typing.Literal['adamw', 'sgd']. Got value: adam"),
@@ -413,5 +414,5 @@ def test_a_broken_default_config_is_named(
     cli: ModuleType, run_cli: RunCli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Path("default.yaml").write_text("trainer:\n  max_epochs: 2\n model: x\n")
-    monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, "default.yaml")
+    monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, "default.yaml")
     assert "config default.yaml, line 3, column" in refused_cli(run_cli, capsys, "fit")

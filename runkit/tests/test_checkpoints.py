@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 import torch
-from faults import fault
 from support import run_dir_flags, submodule
 
-checkpoint_io = submodule("kit.safety.checkpoint_io")
-checkpoints = submodule("kit.safety.checkpoints")
-monitor_mode = submodule("kit.safety.monitor_mode")
+from runkit.testing.faults import fault
+
+checkpoint_io = submodule("safety.checkpoint_io")
+checkpoints = submodule("safety.checkpoints")
+monitor_mode = submodule("safety.monitor_mode")
 STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16
 
 
@@ -251,7 +252,7 @@ def test_a_checkpoint_of_the_network_compiled_in_setup_loads_uncompiled(
 
 
 def test_a_model_loads_keys_with_or_without_orig_mod_as_it_holds_them() -> None:
-    compiled_keys = submodule("kit.safety.compiled_keys")
+    compiled_keys = submodule("safety.compiled_keys")
 
     class Holder(torch.nn.Module):
         def __init__(self, compiled: bool) -> None:

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fixture_task
-import probes
 import pytest
 import torch
 import yaml
 from support import PACKAGE, launch, submodule
+
+from runkit.testing import probes
 
 pytestmark = pytest.mark.slow  # two processes
 STEPS = 16  # 2 epochs x 8 batches per process (256 sequences / 2 processes / 16 per batch)
@@ -38,7 +39,7 @@ def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The working directory of a 2-process fit of the fixture task, in a new (unnamed) run."""
     cwd = tmp_path_factory.mktemp("ddp")
     flags = ["--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
-    recorder = ["--trainer.callbacks+=probes.RankRecorder", "--trainer.callbacks.directory=ranks"]
+    recorder = ["--trainer.callbacks+=runkit.testing.probes.RankRecorder", "--trainer.callbacks.directory=ranks"]
     result = launch(PACKAGE, "fit", *flags, *COMMON, WORKERS, *recorder, cwd=cwd)
     assert result.returncode == 0, result.stdout[-5000:]
     return cwd
@@ -65,7 +66,9 @@ def test_two_processes_write_one_checkpoint_and_one_log(ddp_run: Path) -> None:
 
 
 def test_weights_match_one_process_with_the_same_global_batch(ddp_run: Path, run_cli: Callable[..., object]) -> None:
-    single = run_cli("fit", *COMMON, "--data.init_args.batch_size=32", "--trainer.callbacks+=probes.InitialWeights")
+    single = run_cli(
+        "fit", *COMMON, "--data.init_args.batch_size=32", "--trainer.callbacks+=runkit.testing.probes.InitialWeights"
+    )
     assert single.trainer.global_step == STEPS
     distributed = torch.load(run_of(ddp_run) / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
     initial = probes.find(single.trainer, probes.InitialWeights).parameters
@@ -93,7 +96,7 @@ def test_each_process_reads_its_own_shard_which_changes_every_epoch(ddp_run: Pat
 
 def test_workers_start_from_a_fork_server_where_a_fork_can_hang(ddp_run: Path) -> None:
     # CPython gh-112275 (before 3.10.15 and 3.11.10): see kit/safety/worker_start.py.
-    expected = "forkserver" if submodule("kit.safety.worker_start").fork_can_hang() else "fork"
+    expected = "forkserver" if submodule("safety.worker_start").fork_can_hang() else "fork"
     for record in ranks(ddp_run):
         assert record["start_methods"] == {"train": expected, "val": expected}
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
-from faults import fault
-from support import PACKAGE, ROOT, child_path, last_checkpoint, launch, run_dir_flags
+from support import PACKAGE, ROOT, TEMPLATE, child_path, last_checkpoint, launch, run_dir_flags
 from test_fault_matrix import EXIT_BOUND_S, assert_same_training, finish, group_gone_at, start
+
+from runkit.testing.faults import fault
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 DDP = ["--trainer.devices=2", "--trainer.strategy=ddp"]
@@ -35,7 +36,8 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def environment(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", **extra}
+    env = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    return {**env, "PACKAGE": PACKAGE, **extra}  # what the template's scripts run: `python -m runkit`
 
 
 def statuses(run: Path) -> list[tuple[str, str | None]]:
@@ -68,7 +70,7 @@ def torchrun_nodes(cwd: Path, *args: str) -> list[subprocess.Popen[bytes]]:
     """Two torchrun "nodes" on this host, one process each, each node in a session of its own."""
     endpoint = f"localhost:{free_port()}"
     env = environment(NNODES="2", NPROC_PER_NODE="1", RDZV_ENDPOINT=endpoint, RDZV_ID="stops", PYTHON=sys.executable)
-    command = [str(ROOT / "scripts" / "torchrun.sh"), "fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
+    command = [str(TEMPLATE / "scripts" / "torchrun.sh"), "fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
     nodes = []
     for node in range(2):
         with open(cwd / f"node{node}.log", "ab") as log:
@@ -145,7 +147,7 @@ def test_slurm_requeue_signal_to_both_tasks_stops_requeues_and_the_requeued_job_
     # `--signal=SIGUSR1@120`: SLURM signals every task of the job step, not the batch script.
     sigusr1 = int(signal.SIGUSR1)
     signalled = fault("SignalFromOutside", phase="validation", signum=sigusr1, target="ranks", report=str(report))
-    sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch"), "--trainer.strategy=ddp"]
+    sbatch = ["bash", str(TEMPLATE / "scripts" / "slurm.sbatch"), "--trainer.strategy=ddp"]
     first = subprocess.run([*sbatch, signalled], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 128 + signal.SIGUSR1, first.stdout[-2000:] + first.stderr[-3000:]
     assert (tmp_path / "scontrol.log").read_text() == f"requeue {job}\n"  # once, by rank 0

@@ -18,8 +18,8 @@ import torch
 import yaml
 from support import PACKAGE, assert_identical, digest, launch, refused, run_dir_flags, submodule
 
-checkpoint_io = submodule("kit.safety.checkpoint_io")
-digests = submodule("kit.safety.digests")
+checkpoint_io = submodule("safety.checkpoint_io")
+digests = submodule("safety.digests")
 LAST = "checkpoints/last.ckpt"
 
 

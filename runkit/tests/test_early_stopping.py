@@ -6,11 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import probes
 import torch
 from support import CONFIGS, run_dir_flags, submodule
 
-early_stopping = submodule("kit.parts.early_stopping")
+from runkit.testing import probes
+
+early_stopping = submodule("parts.early_stopping")
 
 
 def test_training_stops_when_the_monitored_metric_stalls(

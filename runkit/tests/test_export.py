@@ -11,7 +11,7 @@ import pytest
 import torch
 from support import run_dir_flags, submodule
 
-exporting = submodule("kit.tools.export")
+exporting = submodule("tools.export")
 WRITTEN = {"torch_export": {"model.pt2"}, "onnx": {"model.onnx", "model.onnx.data"}}  # ONNX weights sit beside it
 HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
 

@@ -10,8 +10,9 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from faults import fault
 from support import refused, run_dir_flags, submodule
+
+from runkit.testing.faults import fault
 
 RUN = Path("runs/fixture/nan")
 
@@ -32,7 +33,7 @@ def test_nan_loss_stops_at_its_step_and_keeps_the_last_finite_checkpoint(cli: Mo
 
 
 def test_large_finite_values_are_not_mistaken_for_inf() -> None:
-    data_checks = submodule("kit.safety.data_checks")
+    data_checks = submodule("safety.data_checks")
     images = torch.full((3, 1, 2, 2), 3e38)  # finite, but each sample's sum overflows float32
     data_checks.check_samples("train", images, torch.zeros(3, dtype=torch.int64), 10, (1, 2, 2))
     images[1, 0, 1, 1] = float("-inf")
@@ -75,14 +76,14 @@ def test_an_update_that_leaves_non_finite_weights_stops_at_its_step_and_saves_no
 
 
 def test_the_checkpoint_writer_refuses_nan_and_keeps_the_file(tmp_path: Path) -> None:
-    checkpoint_io = submodule("kit.safety.checkpoint_io").AtomicCheckpointIO()
+    checkpoint_io = submodule("safety.checkpoint_io").AtomicCheckpointIO()
     path = tmp_path / "last.ckpt"
     good = {"state_dict": {"w": torch.ones(3)}, "optimizer_states": [{"state": {0: {"exp_avg": torch.zeros(3)}}}]}
     checkpoint_io.save_checkpoint(good, path)
     written = path.read_bytes()
     nan = torch.tensor([0.0, float("nan"), 0.0])
     bad = {**good, "global_step": 7, "optimizer_states": [{"state": {0: {"exp_avg": nan}}}]}
-    with pytest.raises(submodule("kit.safety.nonfinite").NonFiniteCheckpointError) as error:
+    with pytest.raises(submodule("safety.nonfinite").NonFiniteCheckpointError) as error:
         checkpoint_io.save_checkpoint(bad, path)
     assert str(error.value).startswith(
         f"refused to write {path} at global step 7: optimizer_states.0.state.0.exp_avg (1 tensor) hold NaN or Inf"

@@ -28,8 +28,9 @@ from typing import Any
 
 import pytest
 import yaml
-from faults import fault
 from support import PACKAGE, assert_identical, child_path, last_checkpoint, run_dir_flags
+
+from runkit.testing.faults import fault
 
 pytestmark = pytest.mark.slow
 

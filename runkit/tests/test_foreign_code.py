@@ -14,9 +14,10 @@ from types import ModuleType
 
 import pytest
 import torch
-from faults import fault
 from support import TESTS, assert_identical, fit_exit_code, last_checkpoint, refused, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from runkit.testing.faults import fault
 
 DEMOS = "lightning.pytorch.demos"
 LIMITS = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=4"]
@@ -77,7 +78,7 @@ CORPUS = " ".join(f"w{i % 30}" for i in range(4000))  # 30 words: within the mod
 @pytest.fixture(autouse=True)
 def _no_task_config(monkeypatch: pytest.MonkeyPatch, in_tmp: Path) -> None:
     """Commands start from the Trainer settings of the kit's tests only: no model, data or metric of theirs."""
-    monkeypatch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "foreign.yaml"))
+    monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
     (in_tmp / "data").mkdir()
     (in_tmp / "data" / "wikitext-2.txt").write_text(CORPUS)
 

@@ -33,7 +33,7 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert trainer._accelerator_connector.use_distributed_sampler is True  # uses_distributed_sampler
     assert pl.callbacks.BatchSizeFinder()._early_exit is False  # end_fit_when_found
     assert callable(trainer._data_connector.attach_data)  # attach_for_fit
-    internals = submodule("kit.lightning_internals")
+    internals = submodule("lightning_internals")
     assert internals.LRFinderResult.__name__ == "_LRFinder"  # what Tuner.lr_find returns
     assert callable(internals.call._call_lightning_datamodule_hook)  # attach_for_fit
     nested = {"optimizer": {"class_path": "AdamW", "init_args": {"lr": 0.1}}, "layers": [2, 3]}
@@ -114,7 +114,7 @@ class HandOver(Callback):
         self.unread: list[dict[str, Any]] | None = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        internals = submodule("kit.lightning_internals")
+        internals = submodule("lightning_internals")
         self.unread = internals.unread_loader_states(trainer)
         if self.handover:
             trainer.train_dataloader.load_state_dict(self.unread[0])
@@ -165,7 +165,7 @@ class TwoLoaders(BoringModel):
 class NamesAtSanityEnd(Callback):
     def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.callback_metrics = set(trainer.callback_metrics)
-        self.logged = submodule("kit.lightning_internals").logged_names(trainer)
+        self.logged = submodule("lightning_internals").logged_names(trainer)
 
 
 def test_the_metrics_of_several_validation_loaders_are_named_at_the_end_of_the_sanity_check() -> None:
@@ -185,7 +185,7 @@ class LoggingSteps(Callback):
         self.writes: list[bool] = []
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
-        self.writes.append(submodule("kit.lightning_internals").logger_writes_now(trainer))
+        self.writes.append(submodule("lightning_internals").logger_writes_now(trainer))
 
 
 def test_the_loggers_write_step_values_every_log_every_n_steps(tmp_path: Path) -> None:

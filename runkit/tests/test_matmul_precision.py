@@ -7,17 +7,18 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import probes
 import pytest
 import torch
-from support import PACKAGE, submodule
+from support import submodule
 
-PRECISION = f"{PACKAGE}.kit.MatmulPrecision"
+from runkit.testing import probes
+
+PRECISION = "runkit.MatmulPrecision"
 
 
 @pytest.fixture(scope="module")
 def matmul_precision() -> ModuleType:
-    return submodule("kit.parts.matmul_precision")
+    return submodule("parts.matmul_precision")
 
 
 def test_set_on_a_cuda_machine_and_put_back(matmul_precision: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +61,7 @@ def test_gpu_fit_runs_tensorfloat32_without_lightnings_advice(run_cli: Callable[
     logger.addHandler(handler)
     try:
         built = run_cli("fit", "--trainer.accelerator=gpu", "--trainer.devices=1", "--trainer.max_steps=2",
-                        "--trainer.callbacks+=probes.MatmulPrecisionRecorder")  # fmt: skip
+                        "--trainer.callbacks+=runkit.testing.probes.MatmulPrecisionRecorder")  # fmt: skip
     finally:
         logger.removeHandler(handler)
     assert probes.find(built.trainer, probes.MatmulPrecisionRecorder).seen == "high"

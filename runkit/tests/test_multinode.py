@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import PACKAGE, ROOT, child_path, run_dir_flags
+from support import PACKAGE, TEMPLATE, child_path, run_dir_flags
 
 FLAGS = ["fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
 
@@ -31,6 +31,7 @@ def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> Non
         "OMP_NUM_THREADS": "1",
         "PYTHON": sys.executable,
         "PYTHONPATH": child_path(),  # the fixture task, in every process
+        "PACKAGE": PACKAGE,  # what scripts/torchrun.sh runs
     }
     one_node = [sys.executable, "-m", PACKAGE, *FLAGS, "--trainer.devices=2", *run_dir_flags("runs/fixture/one")]
     single = subprocess.run(one_node, env=env, capture_output=True, text=True, timeout=300)
@@ -38,7 +39,7 @@ def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> Non
 
     endpoint = f"localhost:{free_port()}"
     node_env = {**env, "NNODES": "2", "NPROC_PER_NODE": "1", "RDZV_ENDPOINT": endpoint, "RDZV_ID": "test"}
-    command = [str(ROOT / "scripts" / "torchrun.sh"), *FLAGS, *run_dir_flags("runs/fixture/two")]
+    command = [str(TEMPLATE / "scripts" / "torchrun.sh"), *FLAGS, *run_dir_flags("runs/fixture/two")]
     nodes = [
         subprocess.Popen(command, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import PACKAGE, run_dir_flags, submodule
+from support import run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
 
@@ -19,12 +19,12 @@ RUN = Path("runs/fixture/shown")
 
 @pytest.fixture(scope="session")
 def memory() -> ModuleType:
-    return submodule("kit.observe.memory")
+    return submodule("observe.memory")
 
 
 @pytest.fixture(scope="session")
 def schedule_preview() -> ModuleType:
-    return submodule("kit.tools.schedule_preview")
+    return submodule("tools.schedule_preview")
 
 
 def scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -146,7 +146,7 @@ def test_profiler_writes_a_trace_and_a_self_time_table(
     run_cli: Callable[..., object], caplog: pytest.LogCaptureFixture
 ) -> None:
     profiler = [
-        f"--trainer.profiler={PACKAGE}.kit.observe.profiling.Profiler",
+        "--trainer.profiler=runkit.observe.profiling.Profiler",
         "--trainer.profiler.sort_by_key=self_cpu_time_total",
     ]
     run_cli("fit", *run_dir_flags(RUN), *profiler, "--trainer.max_steps=6", "--trainer.num_sanity_val_steps=0")

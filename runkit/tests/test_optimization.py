@@ -1,4 +1,4 @@
-"""Any module's optimizer and schedule in one line (``kit.configure_optimization``), configured by class path.
+"""Any module's optimizer and schedule in one line (``runkit.configure_optimization``), configured by class path.
 
 A torch schedule named in a config is built exactly as named (``StepLR.step_size`` stays the config's); one that
 declares ``total_steps`` gets the run's length by keyword unless the config gave one; a plateau schedule steps per
@@ -16,7 +16,7 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from support import submodule
 
-optimization = submodule("kit.parts.optimization")
+optimization = submodule("parts.optimization")
 RUN_STEPS = 40
 
 
@@ -58,7 +58,7 @@ def test_a_torch_schedule_is_built_exactly_as_named() -> None:
 
 @pytest.mark.parametrize("name", ["torch.optim.lr_scheduler.OneCycleLR", "WarmupCosine"])
 def test_a_schedule_that_declares_total_steps_gets_the_run_length(name: str) -> None:
-    path = name if "." in name else f"{submodule('kit').__name__}.{name}"
+    path = name if "." in name else f"runkit.{name}"
     module = configured(f"--model.scheduler={path}", *(["--model.scheduler.max_lr=0.5"] if "OneCycle" in name else []))
     schedule = module.configure_optimizers()["lr_scheduler"]["scheduler"]
     assert schedule.total_steps == RUN_STEPS
@@ -99,7 +99,7 @@ def test_the_class_is_found_in_jsonargparses_callable() -> None:
 def test_bad_values_are_refused_when_the_model_is_built() -> None:
     with pytest.raises(ValueError, match=r"^optimizer: Invalid learning rate: -1\.0$"):
         optimization.check_optimization(lambda params: torch.optim.SGD(params, lr=-1.0))
-    schedules = submodule("kit.parts.schedules")
+    schedules = submodule("parts.schedules")
     with pytest.raises(ValueError, match=r"^scheduler: warmup_fraction must be in \[0, 1\], got 2\.0$"):
         optimization.check_optimization(
             lambda params: torch.optim.SGD(params, lr=0.1),

@@ -11,11 +11,11 @@ from types import ModuleType
 import fixture_task
 import pytest
 import torch
-from support import PACKAGE, digest, read_only, refused, run_dir_flags, submodule
+from support import digest, read_only, refused, run_dir_flags, submodule
 
-prediction = submodule("kit.tools.prediction")
+prediction = submodule("tools.prediction")
 SHAPE = (1, 28, 28)  # (C, H, W) images
-WRITER = f"--trainer.callbacks+={PACKAGE}.kit.tools.prediction.PredictionWriter"
+WRITER = "--trainer.callbacks+=runkit.tools.prediction.PredictionWriter"
 OUT = "--trainer.callbacks.output_dir"
 
 

@@ -16,8 +16,8 @@ import torch
 import yaml
 from support import refused, run_dir_flags, submodule
 
-provenance = submodule("kit.command.provenance")
-records = submodule("kit.command.records")
+provenance = submodule("command.provenance")
+records = submodule("command.records")
 RUN = Path("runs/fixture/traced")
 
 
@@ -54,7 +54,7 @@ class Killed(BaseException):
 def test_provenance_is_never_ahead_of_last_ckpt(
     run_cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    checkpoint_io = submodule("kit.safety.checkpoint_io")
+    checkpoint_io = submodule("safety.checkpoint_io")
     save = checkpoint_io.atomic_save
 
     def save_or_die(checkpoint: dict[str, object], path: Path, before_replace: Callable[..., object]) -> None:
@@ -103,7 +103,7 @@ def test_a_malformed_record_is_named_and_never_crashes_runs_or_a_resume(
     _, broken = broken_run
     record = broken / "provenance.yaml"
     record.write_text(content)
-    runs = submodule("kit.command.runs")
+    runs = submodule("command.runs")
     runs.format_runs(Path("runs"))  # was: AttributeError: 'str' object has no attribute 'get'
     err = capsys.readouterr().err
     assert f"warning: {record}: not a provenance record ({reason}); skipped" in err
@@ -119,11 +119,11 @@ def test_a_run_with_a_malformed_record_is_skipped_by_runs_and_by_best_and_last(
 ) -> None:
     good, broken = broken_run
     (broken / "provenance.yaml").write_text(MALFORMED[0][0])
-    runs = submodule("kit.command.runs")
+    runs = submodule("command.runs")
     assert "broken" not in runs.format_runs(Path("runs"))
     for alias in ("best", "last"):
         validated = run_cli("validate", f"--ckpt_path={alias}", "--trainer.limit_val_batches=1")
-        assert validated.trainer.default_root_dir == str(good)
+        assert Path(validated.trainer.default_root_dir).resolve() == good.resolve()
 
 
 def test_a_drawn_seed_is_random_and_shared_by_the_processes_of_one_job(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,8 +183,8 @@ def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None
 
 
 def test_how_a_session_ended() -> None:
-    preemption = submodule("kit.safety.preemption")
-    nonfinite = submodule("kit.safety.nonfinite")
+    preemption = submodule("safety.preemption")
+    nonfinite = submodule("safety.nonfinite")
     assert provenance.status_of(None) == ("finished", None)
     assert provenance.status_of(SystemExit(128 + signal.SIGTERM)) == ("preempted", None)
     assert provenance.status_of(preemption.Interrupted()) == ("interrupted", None)

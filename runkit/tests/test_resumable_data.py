@@ -32,7 +32,7 @@ SEED = 3
 
 @pytest.fixture(scope="module")
 def data() -> ModuleType:
-    return submodule("kit.safety.resumable_data")
+    return submodule("safety.resumable_data")
 
 
 def sequences(size: int = 64) -> Sequences:
@@ -213,7 +213,7 @@ class _UnresumableData(SequenceData):
 @pytest.mark.parametrize("datamodule", [SequenceData, _UnresumableData], ids=["plain", "custom-sampler"])
 def test_fit_warns_once_about_a_loader_it_cannot_make_resumable(in_tmp: Any, datamodule: type) -> None:
     model, data_module = SequenceRegressor(), datamodule()
-    callback = submodule("kit.safety.resume").ExactResume()
+    callback = submodule("safety.resume").ExactResume()
     trainer = pl.Trainer(
         max_epochs=2,
         limit_train_batches=2,
@@ -231,7 +231,7 @@ def test_fit_warns_once_about_a_loader_it_cannot_make_resumable(in_tmp: Any, dat
     ours = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
     if datamodule is SequenceData:
         assert ours == []
-        assert type(trainer.train_dataloader) is submodule("kit.safety.resumable_data").ResumableLoader
+        assert type(trainer.train_dataloader) is submodule("safety.resumable_data").ResumableLoader
     else:
         assert len(ours) == 1
         assert "DataLoader over Sequences: a custom sampler (WeightedRandomSampler)" in ours[0]
@@ -301,7 +301,9 @@ def test_the_warning_says_what_a_mid_epoch_resume_of_a_kept_loader_trains(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(RuntimeError, match="injected crash"):
-            cli.build_cli(["fit", *flags, "--trainer.callbacks+=faults.RaiseAtStep", "--trainer.callbacks.step=3"])
+            cli.build_cli(
+                ["fit", *flags, "--trainer.callbacks+=runkit.testing.faults.RaiseAtStep", "--trainer.callbacks.step=3"]
+            )
     assert TRAINED == [(0, 0), (0, 16), (0, 32)]  # last.ckpt holds the first two
     (warning,) = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
     assert said in warning, warning

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from faults import fault
 from support import PACKAGE, TESTS, assert_identical, launch, run_dir_flags, submodule
+
+from runkit.testing.faults import fault
 
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 
@@ -45,7 +46,7 @@ def position(checkpoint: dict[str, Any]) -> list[dict[str, int]]:
 def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The final checkpoint of the run that is never interrupted (no workers)."""
     with pytest.MonkeyPatch.context() as patch:  # module scope: the autouse fixture has not run yet
-        patch.setenv(submodule("kit.command.project").DEFAULT_CONFIG_ENV, str(TESTS / "kit" / "fixture.yaml"))
+        patch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "fixture.yaml"))
         patch.chdir(tmp_path_factory.mktemp("straight"))
         checkpoint = fit_in_process(cli, Path("runs/fixture/straight"), "--data.init_args.num_workers=0")
     assert checkpoint["global_step"] == 32
@@ -103,7 +104,7 @@ def test_sigterm_mid_epoch_finishes_the_step_saves_exits_143_and_resumes_exactly
 
 
 def test_rng_states_round_trip_through_a_weights_only_load(tmp_path: Path) -> None:
-    resume = submodule("kit.safety.resume")
+    resume = submodule("safety.resume")
     state = resume.collect_rng_state()
     torch.save({"rng": state}, tmp_path / "state.pt")
     expected = (random.random(), np.random.rand(), torch.rand(3))

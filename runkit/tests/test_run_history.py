@@ -20,8 +20,9 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from faults import fault
 from support import PACKAGE, child_path, digest, refused, run_dir_flags
+
+from runkit.testing.faults import fault
 
 SOURCE = Path("runs/fixture/source")
 STEP_LR = "--model.init_args.schedule=step"  # by epoch: a run may go on for more epochs (a one-cycle one may not)
@@ -124,7 +125,7 @@ def test_two_resumes_of_one_run_one_is_refused_and_a_dead_holder_is_taken_over(
 
 
 def test_a_lock_held_on_another_host_is_taken_over_once_it_stops_being_refreshed(tmp_path: Path) -> None:
-    run_lock = __import__(f"{PACKAGE}.kit.command.run_lock", fromlist=["RunLock"])
+    run_lock = __import__("runkit.command.run_lock", fromlist=["RunLock"])
     lock_file = tmp_path / ".lock"
     lock_file.write_text(yaml.safe_dump({"host": "elsewhere", "pid": 1, "since": "then"}))
     with pytest.raises(run_lock.RunLockedError, match="is being written by process 1 on elsewhere"):

@@ -15,12 +15,13 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from faults import fault
 from support import run_dir_flags, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-runs = submodule("kit.command.runs")
-run_logger = submodule("kit.command.run_logger")
+from runkit.testing.faults import fault
+
+runs = submodule("command.runs")
+run_logger = submodule("command.run_logger")
 LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch
 SHORT = ["--trainer.max_epochs=1", *LIMITS]
 EXPERIMENT = Path("runs/fixture")

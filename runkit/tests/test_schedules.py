@@ -12,7 +12,7 @@ from support import submodule
 
 @pytest.fixture(scope="module")
 def schedules() -> ModuleType:
-    return submodule("kit.parts.schedules")
+    return submodule("parts.schedules")
 
 
 def make(schedules: ModuleType, total: int = 100, **kwargs: float) -> object:

@@ -212,7 +212,7 @@ def test_search_refuses_the_folder_of_a_fit_run(
 
 
 def test_a_trial_folder_belongs_to_the_study_that_made_it(tmp_path: Path) -> None:
-    trial = submodule("kit.search.trial")
+    trial = submodule("search.trial")
     folder = tmp_path / "trial-000"
     trial.claim(folder, "study-a")  # new: made, and marked as study-a's
     trial.claim(folder, "study-a")  # study-a's again (a retry resumes it)
@@ -224,18 +224,18 @@ def test_a_trial_folder_belongs_to_the_study_that_made_it(tmp_path: Path) -> Non
 
 
 def test_a_study_started_before_trial_folders_were_marked_keeps_its_own(in_tmp: Path) -> None:
-    start, worker = submodule("kit.search.start"), submodule("kit.search.worker")
+    start, worker = submodule("search.start"), submodule("search.worker")
     SEARCH.mkdir(parents=True)
     journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(SEARCH / "study.log")))
     earlier = optuna.create_study(study_name="search", storage=journal)  # as a version without marks left it
     earlier.tell(earlier.ask(), 1.0)
     (SEARCH / "trial-000").mkdir()
     settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {"sampler": None, "pruner": None}}
-    settings["project"] = submodule("kit.command.project").Project()
+    settings["project"] = submodule("command.project").Project()
     plan = worker.Plan("search", None, SEARCH, SEARCH / "base.yaml", (), "val/loss", "minimize", 2, **settings)
     _, _, plan = start.start_study(plan, "trainer: {}\n")
     assert plan.study_uid == load_study().user_attrs["uid"]
-    submodule("kit.search.trial").claim(SEARCH / "trial-000", plan.study_uid)  # its own: a retry may resume it
+    submodule("search.trial").claim(SEARCH / "trial-000", plan.study_uid)  # its own: a retry may resume it
 
 
 def test_a_metric_that_is_never_logged_is_an_error_listing_the_logged_ones(

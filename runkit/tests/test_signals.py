@@ -11,9 +11,10 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from faults import fault
 from support import PACKAGE, assert_identical, fit_exit_code, last_checkpoint, launch, run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from runkit.testing.faults import fault
 
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches; 4 validation batches per epoch
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from faults import fault
-from support import ROOT, child_path
+from support import PACKAGE, ROOT, TEMPLATE, child_path
+
+from runkit.testing.faults import fault
 
 RUN = Path("runs/fixture/slurm-4242")  # the fixture's experiment, then the run the script names after the job
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches
@@ -47,7 +48,8 @@ def job_env(in_tmp: Path) -> dict[str, str]:
         **JOB,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHON": sys.executable,
-        "PYTHONPATH": child_path(),  # faults.SignalAtStep, the fixture task
+        "PYTHONPATH": child_path(),  # the fixture task
+        "PACKAGE": PACKAGE,  # what scripts/slurm.sbatch runs
         "PYTHONWARNINGS": "ignore",
         "SCONTROL_LOG": str(in_tmp / "scontrol.log"),
     }
@@ -59,7 +61,7 @@ def run(env: dict[str, str], command: list[str]) -> subprocess.CompletedProcess[
 
 @pytest.mark.slow
 def test_requeue_signal_checkpoints_requeues_and_the_requeued_job_resumes(job_env: dict[str, str]) -> None:
-    sbatch = ["bash", str(ROOT / "scripts" / "slurm.sbatch")]
+    sbatch = ["bash", str(TEMPLATE / "scripts" / "slurm.sbatch")]
     first = run(job_env, [*sbatch, fault("SignalAtStep", step=2, signum=int(signal.SIGUSR1))])  # SIGUSR1 after step 2
     assert first.returncode == 128 + signal.SIGUSR1, first.stdout[-2000:] + first.stderr[-3000:]
     assert Path("scontrol.log").read_text() == "requeue 4242\n"

@@ -69,7 +69,7 @@ def loader(dataset: Dataset, keep: bool, worker_init_fn: Any = None) -> Any:
         worker_init_fn=worker_init_fn,
     )
     if keep:
-        assert submodule("kit.safety.stateful_loaders").keep_worker_rngs(made) == []
+        assert submodule("safety.stateful_loaders").keep_worker_rngs(made) == []
     return made
 
 
@@ -102,13 +102,13 @@ def _note_worker(worker_id: int) -> None:
 def test_the_loaders_own_worker_init_fn_still_runs_first() -> None:
     made = loader(Noisy(), keep=True, worker_init_fn=_note_worker)
     assert made.worker_init_fn.worker_init_fn is _note_worker
-    assert submodule("kit.safety.stateful_loaders").keep_worker_rngs(made) == []  # the same loader again: once
+    assert submodule("safety.stateful_loaders").keep_worker_rngs(made) == []  # the same loader again: once
     assert made.worker_init_fn.worker_init_fn is _note_worker
     assert len(list(made)) == 12
 
 
 def test_loaders_whose_workers_draws_cannot_be_saved_are_named() -> None:
-    keep_worker_rngs = submodule("kit.safety.stateful_loaders").keep_worker_rngs
+    keep_worker_rngs = submodule("safety.stateful_loaders").keep_worker_rngs
     stream = StatefulDataLoader(Stream(), batch_size=4, num_workers=2)
     listed = StatefulDataLoader([torch.zeros(2)] * 8, batch_size=4, num_workers=2)  # a list takes no attributes
     without_workers = StatefulDataLoader(Stream(), batch_size=4)
@@ -131,7 +131,7 @@ def test_fit_says_once_what_a_resume_will_not_reproduce(in_tmp: Any, given: str)
         limit_train_batches=2,
         limit_val_batches=0,
         reload_dataloaders_every_n_epochs=1,  # the hook is called every epoch: still one warning
-        callbacks=[submodule("kit.safety.resume").ExactResume()],
+        callbacks=[submodule("safety.resume").ExactResume()],
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -14,7 +14,7 @@ import yaml
 from support import refused, submodule
 from tracker_setup import EXPERIMENT, LIMITS, clear_tracker_environment, forget_w_and_b, needs, tracker_flags
 
-checks = submodule("kit.trackers.checks")
+checks = submodule("trackers.checks")
 
 
 @pytest.fixture(autouse=True)

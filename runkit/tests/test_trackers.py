@@ -23,7 +23,6 @@ import pytest
 import servers
 import tracker_readers as read
 import yaml
-from faults import fault
 from support import PACKAGE, launch, submodule
 from tracker_setup import (
     EXPERIMENT,
@@ -37,8 +36,10 @@ from tracker_setup import (
     tracker_flags,
 )
 
-checks = submodule("kit.trackers.checks")
-placement = submodule("kit.trackers.placement")
+from runkit.testing.faults import fault
+
+checks = submodule("trackers.checks")
+placement = submodule("trackers.placement")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,7 +20,7 @@ import torch
 from support import PACKAGE, submodule
 from torch.utils.data import DataLoader
 
-worker_start = submodule("kit.safety.worker_start")
+worker_start = submodule("safety.worker_start")
 CAN_HANG = worker_start.fork_can_hang()
 HAS_THE_FIX = "this Python has CPython's fix for gh-112275: workers fork as usual"
 STRESS = """
@@ -50,7 +50,7 @@ def start_from_server(context):
 
 if __name__ == "__main__":
     if how == "server":  # the kit's fork server, as a rank under DDP starts it
-        context = __import__(f"{sys.argv[3]}.kit.safety.worker_start", fromlist=["fork_server"]).fork_server()
+        context = __import__(f"{sys.argv[3]}.safety.worker_start", fromlist=["fork_server"]).fork_server()
     for _ in range(3):
         threading.Thread(target=native_threads, daemon=True).start()
     for number in range(1, starts + 1):
@@ -106,7 +106,7 @@ def test_only_loaders_with_workers_under_ddp_and_no_start_method_of_their_own_ch
 
 @pytest.mark.skipif(not CAN_HANG or not sys.platform.startswith("linux"), reason=HAS_THE_FIX)
 def test_children_of_the_fork_server_do_not_hang_under_the_race() -> None:
-    assert stress(300, "server", PACKAGE) == "300 starts, none hung"
+    assert stress(300, "server", "runkit") == "300 starts, none hung"
 
 
 @pytest.mark.faults

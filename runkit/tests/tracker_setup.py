@@ -10,7 +10,7 @@ import pytest
 import yaml
 from support import CONFIGS, submodule
 
-placement = submodule("kit.trackers.placement")
+placement = submodule("trackers.placement")
 EXPERIMENT = Path("runs/fixture")
 LIMITS = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]  # 2 steps
 NEEDS = {

@@ -16,7 +16,7 @@ set -euo pipefail
 : "${RDZV_ENDPOINT:?set RDZV_ENDPOINT: host:port of the node that hosts the rendezvous}"
 : "${RDZV_ID:?set RDZV_ID: a job id shared by all nodes}"
 PYTHON=${PYTHON:-python}
-PACKAGE=$(basename "$(dirname "$(dirname "$0")"/../src/*/__init__.py)")  # the package under src/
+PACKAGE=${PACKAGE:-$(basename "$(dirname "$(dirname "$0")"/../src/*/__init__.py)")}  # the package under src/
 
 # Lightning must be told the same layout as torchrun (it checks devices x num_nodes against the world size).
 exec "$PYTHON" -m torch.distributed.run \

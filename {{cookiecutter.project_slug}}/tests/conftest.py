@@ -1,69 +1,7 @@
-"""Fixtures for every test: an empty working directory, Lightning's log, and process-wide state put back.
-
-Tests marked ``faults`` (the fault matrix beyond its slice, an MLflow server on PostgreSQL, the fork race of CPython
-gh-112275 on a bare fork; ~45 min) run only with ``--faults`` (``make test-faults``).
-Tests marked ``gpu`` need a CUDA GPU: they skip without one, and ``make test-gpu`` runs them all.
+"""Fixtures for every test: runkit's pytest plugin (``runkit.testing.fixtures``: an empty working directory
+``in_tmp``, Lightning's log, process-wide state put back, the ``gpu`` skip and ``--faults``).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-import torch
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--faults", action="store_true", help="also run the whole fault matrix (tests marked faults)")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not torch.cuda.is_available():
-        skip = pytest.mark.skip(reason="needs a CUDA GPU (make test-gpu runs every such test)")
-        for item in items:
-            if "gpu" in item.keywords:
-                item.add_marker(skip)
-    if config.getoption("--faults"):
-        return
-    kept = [item for item in items if item.get_closest_marker("faults") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
-
-
-@pytest.fixture(autouse=True)
-def _restore_deterministic_algorithms() -> Iterator[None]:
-    """``Trainer(deterministic=True)`` switches the whole process to deterministic algorithms: undo it."""
-    enabled = torch.are_deterministic_algorithms_enabled()
-    yield
-    torch.use_deterministic_algorithms(enabled)
-
-
-@pytest.fixture(autouse=True)
-def _restore_matmul_precision_and_autotuning() -> Iterator[None]:
-    """``MatmulPrecision`` and ``Trainer(benchmark=...)`` set process-wide switches: put them back."""
-    precision, benchmark = torch.get_float32_matmul_precision(), torch.backends.cudnn.benchmark
-    yield
-    torch.set_float32_matmul_precision(precision)
-    torch.backends.cudnn.benchmark = benchmark
-
-
-@pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Runs the test inside an empty directory, so relative run directories land there."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
-def lightning_log() -> Iterator[list[str]]:
-    """Messages of Lightning's logger (it does not propagate to pytest's log capture)."""
-    lines: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("lightning.pytorch")
-    logger.addHandler(handler)
-    yield lines
-    logger.removeHandler(handler)
+pytest_plugins = ["runkit.testing.fixtures"]

@@ -1,14 +1,16 @@
-"""The kit: the command line, checkpoints, exact resume, preemption, safeguards, schedules, observability,
-prediction and export. It works with any LightningModule and LightningDataModule and never imports from
-``task``; what it reads from a task is listed in ``protocol.py``. Updated from the template (``cruft update``).
+"""runkit: run folders, exact resume, stop signals and safeguards for PyTorch Lightning projects driven by
+LightningCLI. It works with any LightningModule and LightningDataModule; what it reads from a task is listed in
+``protocol.py``. A project calls it from its console script (``main(args, Project(...))``) and names its classes in
+configs (``runkit.WarmupCosine``).
 
 Folders by concern: ``command/`` (the CLI, runs, provenance, checks before a command), ``safety/`` (checkpoints,
 exact resume, preemption, non-finite stops), ``observe/`` (what a run shows), ``tools/`` (finders, schedule preview,
 export, prediction), ``parts/`` (what configs name, and what any module can use: ``configure_optimization``),
-``search/`` (Optuna), ``trackers/`` (TensorBoard, CSV, MLflow, W&B: any logger writes where the run is).
+``search/`` (Optuna), ``trackers/`` (TensorBoard, CSV, MLflow, W&B: any logger writes where the run is),
+``testing/`` (what a project's tests use: faults to inject, probes, helpers to run the command line).
 
-The names below are the kit's public surface: configs and tasks name them here (``<package>.kit.WarmupCosine``), so
-the files behind them can move without breaking a config. They load on first use: importing the kit costs nothing.
+The names below are the public surface: the files behind them can move without breaking a config. They load on
+first use: importing runkit costs nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _PUBLIC = {
+    "Project": "command.project",
+    "configs_near": "command.project",
+    "main": "entry",
+    "build_cli": "entry",
     "BestCheckpoint": "safety.checkpoints",
     "WarmupCosine": "parts.schedules",
     "ScheduleCallable": "parts.schedules",
@@ -43,21 +49,27 @@ __all__ = [
     "MatmulPrecision",
     "PredictionWriter",
     "Profiler",
+    "Project",
     "ScheduleCallable",
     "TensorFiles",
     "WarmupCosine",
     "atomic_save",
+    "build_cli",
     "check_optimization",
     "check_samples",
     "compile_in_place",
+    "configs_near",
     "configure_optimization",
     "keep_step_kinds",
     "logging_step",
+    "main",
     "save_plain_hyperparameters",
     "with_fast_step",
 ]
 
 if TYPE_CHECKING:
+    from .command.project import Project, configs_near
+    from .entry import build_cli, main
     from .observe.profiling import Profiler
     from .parts.compiled import compile_in_place, keep_step_kinds, with_fast_step
     from .parts.early_stopping import EarlyStoppingOnBest

@@ -1,4 +1,5 @@
-"""The kit's entry point: ``runs`` and ``search`` first, then every LightningCLI subcommand (``command/cli.py``).
+"""runkit's entry point, which a project's console script calls with its ``Project``: ``runs`` and ``search``
+first, then every LightningCLI subcommand (``command/cli.py``).
 
 It imports torch and Lightning only for the commands that need them: ``runs``, a subcommand that does not exist
 and a config file that is not there answer at once.
@@ -21,13 +22,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .command.project import DEFAULT_CONFIG_ENV, Project
+from .command.project import DEFAULT_CONFIG_ENV, Project, make_current
+from .legacy import alias_old_kit
 
 if TYPE_CHECKING:
     from .command.cli import ProjectCLI
 
 __all__ = ["DEFAULT_CONFIG_ENV", "Project", "build_cli", "main"]
-PROGRAM = __package__.split(".")[0]
 SUBCOMMANDS = ("fit", "validate", "test", "predict", "schedule", "export", "lr_find", "batch_size_find")
 """LightningCLI's subcommands and the kit's (``command/trainer.py``); ``runs`` and ``search`` are dispatched here."""
 
@@ -39,16 +40,19 @@ def main(args: Sequence[Any] | None = None, project: Project | None = None) -> N
     ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
     config (``<package> search --help``; needs the ``search`` extra).
     """
+    project = make_current(project or Project())
+    alias_old_kit(project.program)  # runs made before the kit was a library name `<package>.kit.X`
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
     if argv[:1] == ["runs"]:
         from jsonargparse import auto_cli
 
         from .command.runs import list_runs
 
-        auto_cli(list_runs, args=argv[1:], prog=f"{PROGRAM} runs")
+        auto_cli(list_runs, args=argv[1:], prog=f"{project.program} runs")
         return
     if problem := refused_at_once(argv):
-        print(f"usage: {PROGRAM} <subcommand> [options] (see {PROGRAM} --help)", file=sys.stderr)
+        program = project.program
+        print(f"usage: {program} <subcommand> [options] (see {program} --help)", file=sys.stderr)
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     if argv[:1] == ["search"]:
@@ -94,4 +98,6 @@ def build_cli(args: Sequence[Any] | None = None, run: bool = True, project: Proj
     """The command line's objects for ``args`` (see ``command/cli.py``), run with ``run``."""
     from .command.cli import build_cli as build
 
+    project = make_current(project or Project())
+    alias_old_kit(project.program)
     return build(args, run=run, project=project)

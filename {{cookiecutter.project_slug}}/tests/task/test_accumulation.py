@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import probes
 import pytest
 import torch
+from runkit.testing import probes
 from support import SMALL_RUN
 from torch import Tensor
 
@@ -33,7 +33,7 @@ def one_step(run_cli: Callable[..., object], presets: tuple[str, ...], batch_siz
         # Fixed samples: augmentation is seeded per batch (kit/safety/resumable_data.py), so batches of 8 and of 32
         # would draw different noise for the same sample.
         "--data.init_args.augment=false",
-        "--trainer.callbacks+=probes.InitialWeights",
+        "--trainer.callbacks+=runkit.testing.probes.InitialWeights",
         presets=(*SMALL_RUN, *presets),
     )
     assert built.trainer.global_step == 1

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-import probes
 import pytest
 import torch
+from runkit.testing import probes
 from support import SMALL_RUN
+
+RECORDER = "--trainer.callbacks+=runkit.testing.probes.GradientRecorder"
 
 STEPS = 8  # debug.yaml: 2 epochs x 4 batches
 
@@ -16,7 +18,7 @@ STEPS = 8  # debug.yaml: 2 epochs x 4 batches
 def test_norm_clipping_caps_the_global_norm_and_logs_the_raw_one(run_cli: Callable[..., object]) -> None:
     threshold = 0.05  # far below this model's gradient norms, so every step is clipped
     built = run_cli(
-        "fit", f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
+        "fit", f"--trainer.gradient_clip_val={threshold}", RECORDER,
         presets=(*SMALL_RUN, "training/clip_norm"),
     )  # fmt: skip
     assert built.trainer.gradient_clip_algorithm == "norm"
@@ -60,7 +62,7 @@ def test_grad_norm_is_computed_only_at_logging_steps_before_clipping(
 def test_value_clipping_caps_every_element(run_cli: Callable[..., object]) -> None:
     threshold = 2.0**-10  # exact in float32, like the gradients
     built = run_cli(
-        "fit", f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
+        "fit", f"--trainer.gradient_clip_val={threshold}", RECORDER,
         presets=(*SMALL_RUN, "training/clip_value"),
     )  # fmt: skip
     assert built.trainer.gradient_clip_algorithm == "value"

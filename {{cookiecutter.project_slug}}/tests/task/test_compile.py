@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import probes
 import pytest
 import torch
+from runkit.testing import probes
 from support import CONFIGS, SMALL_RUN
 
 pytestmark = pytest.mark.slow  # compiling costs tens of seconds on a CPU
@@ -38,7 +38,7 @@ def compiled(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 ],
                 *[f"--model.network.init_args.{key}={value}" for key, value in NETWORK.items()],
                 f"--trainer.max_epochs={EPOCHS}",
-                "--trainer.callbacks+=probes.GraphCounter",
+                "--trainer.callbacks+=runkit.testing.probes.GraphCounter",
                 "--trainer.enable_progress_bar=false",
             ]
         )

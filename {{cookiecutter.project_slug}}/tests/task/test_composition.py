@@ -6,10 +6,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import probes
 import pytest
 import torch
 import yaml
+from runkit.testing import probes
 from support import CONFIGS, PACKAGE, SMALL_RUN, launch, run_dir_flags
 
 COMPOSED = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import probes
 import pytest
+from runkit.testing import probes
 from support import SMALL_RUN
 
 

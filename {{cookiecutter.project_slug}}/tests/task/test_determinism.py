@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import probes
 import torch
+from runkit.testing import probes
 from support import SMALL_RUN, run_dir_flags
 
 

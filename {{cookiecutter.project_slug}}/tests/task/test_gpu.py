@@ -15,13 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import probes
 import pytest
 import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
+from runkit.testing import probes
 from support import ROOT, SMALL_RUN
 from torch import nn
+
+RECORDER = "--trainer.callbacks+=runkit.testing.probes.GradientRecorder"
 
 ON_GPU = ("--trainer.accelerator=gpu", "--trainer.devices=1")
 SMALL_TRANSFORMER = ("--model.network.init_args.depth=1", "--model.network.init_args.dim=32")
@@ -31,7 +33,7 @@ SMALL_TRANSFORMER = ("--model.network.init_args.depth=1", "--model.network.init_
 def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable[..., object]) -> None:
     threshold = 0.05  # below this model's gradient norms: every step is clipped
     built = run_cli(
-        "fit", *ON_GPU, f"--trainer.gradient_clip_val={threshold}", "--trainer.callbacks+=probes.GradientRecorder",
+        "fit", *ON_GPU, f"--trainer.gradient_clip_val={threshold}", RECORDER,
         presets=(*SMALL_RUN, "precision/fp16", "training/clip_norm"),
     )  # fmt: skip
     scaler = built.trainer.precision_plugin.scaler
@@ -51,7 +53,7 @@ def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable
 def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..., object]) -> None:
     before = probes.graphs_compiled()
     built = run_cli(
-        "fit", *ON_GPU, *SMALL_TRANSFORMER, "--trainer.callbacks+=probes.GraphCounter",
+        "fit", *ON_GPU, *SMALL_TRANSFORMER, "--trainer.callbacks+=runkit.testing.probes.GraphCounter",
         presets=(*SMALL_RUN, "example/transformer", "example/compile", "precision/bf16"),
     )  # fmt: skip
     (optimizer,) = built.trainer.optimizers

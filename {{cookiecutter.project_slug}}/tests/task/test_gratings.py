@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import submodule
+from support import runkit_module
 from torch.utils.data import DataLoader, RandomSampler
 
 
@@ -78,7 +78,7 @@ def test_the_kit_resumes_the_example_loader_mid_epoch_whatever_the_workers(grati
     The training side (RNG states, optimizer, schedule) is the same kit code the fixture task's SIGKILL and
     SIGTERM tests (tests/kit/test_resume.py) and the image-folder example's (test_image_folder.py) cover.
     """
-    resumable_data = submodule("kit.safety.resumable_data")
+    resumable_data = runkit_module("safety.resumable_data")
 
     def loader(workers: int, seed: int = 42) -> object:
         datamodule = make(gratings, num_workers=workers)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from faults import fault
+from runkit.testing.faults import fault
 from support import CONFIGS, PACKAGE, assert_identical, last_checkpoint, launch, run_dir_flags, submodule
 
 SETUP = [

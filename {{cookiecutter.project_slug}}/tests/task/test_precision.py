@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import probes
 import pytest
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
+from runkit.testing import probes
 from support import CONFIGS, SMALL_RUN
 
 
@@ -17,7 +17,7 @@ def fit_and_check(run_cli: Callable[..., object], preset: str, logits: torch.dty
     """Fits with ``preset``: the network computes in ``logits`` dtype, weights and checkpoint stay float32."""
     built = run_cli(
         "fit",
-        "--trainer.callbacks+=probes.OutputDtypeRecorder",
+        "--trainer.callbacks+=runkit.testing.probes.OutputDtypeRecorder",
         *flags,
         presets=(*SMALL_RUN, preset),
     )

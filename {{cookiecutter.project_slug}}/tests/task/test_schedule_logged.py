@@ -9,8 +9,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import probes
 import pytest
+from runkit.testing import probes
 
 LR, START, MIN = 0.003, 0.01, 0.01  # default.yaml's lr and min_lr_ratio; WarmupCosine's default start_factor
 WARMUP = 4

@@ -14,14 +14,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import probes
 import pytest
 import torch
-from faults import fault
 from lightning.pytorch.callbacks import EMAWeightAveraging
-from support import CONFIGS, PACKAGE, SMALL_RUN, assert_identical, launch, run_dir_flags, submodule
+from runkit.testing import probes
+from runkit.testing.faults import fault
+from support import CONFIGS, PACKAGE, SMALL_RUN, assert_identical, launch, run_dir_flags, runkit_module
 
-early_stopping = submodule("kit.parts.early_stopping")
+early_stopping = runkit_module("parts.early_stopping")
 EMA = [f"--config={CONFIGS / name}.yaml" for name in (*SMALL_RUN, "training/ema")]
 # 4 optimizer steps per epoch (debug/tiny), 8 in 2 epochs; small images: the tests are about state, not speed.
 SMALL = ["--data.init_args.image_size=16", "--data.init_args.num_workers=0", "--trainer.limit_val_batches=1"]

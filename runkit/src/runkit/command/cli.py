@@ -45,8 +45,6 @@ from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
-PACKAGE = __package__.split(".")[0]
-
 
 class SharedWhenCopied:
     """A model's optimizer callable holds the CLI (jsonargparse's instantiator): a deep copy of the model (EMA,
@@ -84,20 +82,20 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         # Always present, each configurable by its own key from presets and flags.
         # `best_checkpoint: null` switches it off; its settings otherwise, or its defaults (follow the loss).
         parser.add_subclass_arguments(BestCheckpoint, "best_checkpoint", required=False, fail_untyped=False)
-        parser.set_defaults(best_checkpoint={"class_path": f"{PACKAGE}.kit.BestCheckpoint"})
+        parser.set_defaults(best_checkpoint={"class_path": "runkit.BestCheckpoint"})
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
-        self.command = [PACKAGE, *map(str, given)]  # recorded in the run's provenance
-        if problem := refused_config_files(self.project.default_config_files(given)):
+        words = [str(a) for a in (sys.argv[1:] if args is None else args if isinstance(args, list | tuple) else [args])]
+        self.command = [self.project.program, *words]  # recorded in the run's provenance
+        if problem := refused_config_files(self.project.default_config_files(words)):
             parser.error(problem)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
-        words = [str(arg) for arg in given]
         if (found := with_newest_run_config(parser, subcommand, config, words)) is not None:
-            self.config, config = found, found[subcommand]
+            self.config, words = found
+            config = self.config[subcommand]
         if problem := refused_parse(config) or follow_the_folder(config, words):
             parser.error(problem)
         if config.get("seed_everything") is True:  # Lightning 2.6 seeds 0 for `true` (see drawn_seed)
@@ -243,8 +241,9 @@ def build_cli(
     only = next((arg for arg in given if arg in every_subcommand()), None) if run else None
     # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
     epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
-    description = f"{PACKAGE}: trains and evaluates this project's runs; `{PACKAGE} <subcommand> --help` for each."
-    main_parser = {"allow_abbrev": False, "prog": PACKAGE, "epilog": epilog, "description": description}
+    program = project.program
+    description = f"{program}: trains and evaluates this project's runs; `{program} <subcommand> --help` for each."
+    main_parser = {"allow_abbrev": False, "prog": program, "epilog": epilog, "description": description}
     main_parser = main_parser if run else settings
     main_parser["formatter_class"] = Formatter  # the subcommands' parsers take their parent's
     return cli_class(
@@ -261,7 +260,7 @@ def build_cli(
         parser_kwargs={
             **main_parser,
             **{
-                name: {**settings, **subcommand_help(PACKAGE, name)}
+                name: {**settings, **subcommand_help(program, name)}
                 for name in every_subcommand()
                 if only in (None, name)
             },

@@ -1,7 +1,11 @@
-"""What a project tells the kit's command line: its links, and the configs its commands start from.
+"""What a project tells the kit's command line: its name, its configs, its links, and the configs it starts from.
 
 A project declares these in its own entry point (``src/<package>/cli.py``), not in the kit:
 
+- ``program``: the command's name (the project's console script), as help, provenance and printed commands say it.
+- ``configs``: the project's ``configs/`` folder (``configs_near(__file__)`` finds it beside the package in a wheel,
+  or in the source tree); ``configs/default.yaml`` (kit and Trainer keys, no task values) comes first in every
+  command. ``None``: no config but the command's own.
 - ``links``: a datamodule attribute passed to a model argument when both are built (``data.num_classes`` ->
   ``model.init_args.num_classes``). A link reaches only a model whose signature takes that argument: for any
   other, the value is neither passed nor written into its checkpoint's hyperparameters.
@@ -10,7 +14,7 @@ A project declares these in its own entry point (``src/<package>/cli.py``), not 
   ``model: {class_path: ...}``). The example's values live there, so a class swapped in gets its own defaults,
   not the example's (jsonargparse keeps the init args two classes share when a class path changes).
 
-``configs/default.yaml`` (kit and Trainer keys, no task values) comes first in every command.
+One project runs per process: ``current()`` is the one ``main`` or ``build_cli`` was given last.
 """
 
 from __future__ import annotations
@@ -35,25 +39,47 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")  # sections a config file m
 class Project:
     """A project's declarations to the kit's command line (see the module)."""
 
+    program: str = "runkit"
+    configs: Path | None = None
     links: Mapping[str, str] = field(default_factory=dict)
-    starting: Mapping[str, str] = field(default_factory=dict)  # key -> file, relative to the project's configs/
+    starting: Mapping[str, str] = field(default_factory=dict)  # key -> file, relative to `configs`
 
     def default_config_files(self, args: Sequence[str]) -> list[str]:
         """The configs a command with ``args`` starts from, in order (see the module)."""
         if (configured := os.environ.get(DEFAULT_CONFIG_ENV)) is not None:
             return [configured] if configured else []
-        folder = configs_folder()
-        if folder is None:
+        if self.configs is None or not (self.configs / "default.yaml").is_file():
             return []
         named = classes_named(args)
-        starting = [str(folder / path) for key, path in self.starting.items() if key not in named]
-        return [str(folder / "default.yaml"), *starting]
+        starting = [str(self.configs / path) for key, path in self.starting.items() if key not in named]
+        return [str(self.configs / "default.yaml"), *starting]
+
+    @property
+    def source(self) -> Path:
+        """Where the project's code lives (whose git state a run records): the folder that holds ``configs/``, else
+        the working directory."""
+        return self.configs.parent if self.configs is not None else Path.cwd()
 
 
-def configs_folder() -> Path | None:
-    """The project's ``configs/``: next to the package (a wheel carries it as ``<package>/configs``) or in the
-    source tree."""
-    package = Path(__file__).resolve().parents[2]
+_current = Project()
+
+
+def current() -> Project:
+    """The project whose command runs in this process."""
+    return _current
+
+
+def make_current(project: Project) -> Project:
+    """Makes ``project`` the one ``current()`` returns; returns it."""
+    global _current
+    _current = project
+    return project
+
+
+def configs_near(anchor: str | Path) -> Path | None:
+    """The ``configs/`` of the project whose package holds ``anchor`` (its ``cli.py``): beside the package (a wheel
+    carries it as ``<package>/configs``) or at the top of the source tree (``src/<package>/`` -> ``configs/``)."""
+    package = Path(anchor).resolve().parent
     for folder in (package / "configs", package.parents[1] / "configs"):
         if (folder / "default.yaml").is_file():
             return folder

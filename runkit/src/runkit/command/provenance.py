@@ -41,6 +41,7 @@ from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
 from ..trackers.secrets import masked
 from .bad_input import SetupPhase
+from .project import current
 from .records import FILE, read_record, record_problem
 
 PACKAGES = ("lightning", "torchmetrics", "jsonargparse")
@@ -157,7 +158,7 @@ class RunRecord:
         if not self.writer:
             return
         number = len(self.data["sessions"]) + 1
-        git = git_state(Path(__file__).resolve().parents[1])  # the repository of the code that runs
+        git = git_state(current().source)  # the repository of the code that runs
         if git is not None:
             diff = git.pop("diff")
             git["diff"] = f"git-{number}.diff" if diff else None

@@ -18,6 +18,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+from .project import current
 from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
@@ -190,7 +191,7 @@ def list_runs(root: str = "runs", experiment: str | None = None) -> None:
 
 def format_runs(root: Path, experiment: str | None = None) -> str:
     """The table that ``list_runs`` prints, oldest run first within each experiment."""
-    program = __package__.split(".")[0]
+    program = current().program
     experiments = [root / experiment] if experiment else sorted(p for p in root.glob("*") if p.is_dir())
     rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND")]
     for experiment_dir in experiments:

@@ -26,7 +26,7 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
-from ..command.project import Project
+from ..command.project import Project, current
 from ..safety.monitor_mode import checked_mode
 from .launch import run_workers
 from .report import ranked, table, write_best_preset
@@ -93,7 +93,7 @@ class SearchCLI(ProjectCLI):
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         description = "Hyperparameter search: many `fit` trials of this config, chosen by Optuna."
-        prog = f"{__package__.split('.')[0]} search"
+        prog = f"{current().program} search"
         return super().init_parser(**{"prog": prog, "description": description, **kwargs})
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -213,7 +213,7 @@ def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser
     note = (
         f"Best of search {plan.search_dir}: trial {best.number}, {plan.metric} = {best.value:.6g} ({plan.direction}).\n"
         "What it changes from the default config. Train that trial again, bit for bit on this machine (its CPU\n"
-        f"runs used {threads} torch thread(s)): OMP_NUM_THREADS={threads} {__package__.split('.')[0]} fit -c"
+        f"runs used {threads} torch thread(s)): OMP_NUM_THREADS={threads} {current().program} fit -c"
         f" {plan.search_dir / 'best.yaml'}"
     )
     path = write_best_preset(plan.search_dir / "best.yaml", config, default, note)

@@ -1,7 +1,7 @@
 """Faults that tests inject into runs: kills, signals and NaN inputs at a chosen optimizer step.
 
-Named by class path on the command line (``--trainer.callbacks+=faults.SignalAtStep``); run processes
-with ``conftest.launch``, which puts this folder on ``PYTHONPATH`` so they can import it.
+Named by class path on the command line (``--trainer.callbacks+=runkit.testing.faults.SignalAtStep``, or
+``fault("SignalAtStep", step=5)``), so every process of a run imports them.
 """
 
 from __future__ import annotations
@@ -229,4 +229,4 @@ class RaiseAtStep(Callback):
 
 def fault(name: str, **init_args: int | str) -> str:
     """The flag that adds fault ``name`` to a run's callbacks."""
-    return "--trainer.callbacks+=" + json.dumps({"class_path": f"faults.{name}", "init_args": init_args})
+    return "--trainer.callbacks+=" + json.dumps({"class_path": f"{__name__}.{name}", "init_args": init_args})

@@ -1,7 +1,7 @@
 """Instruments that tests attach to runs: callbacks that record what happened, and readers for the results.
 
-Callbacks are named by class path on the command line (``--trainer.callbacks+=probes.GradientRecorder``).
-``conftest.launch`` puts this folder on ``PYTHONPATH``, so the processes of a DDP run import them too.
+Callbacks are named by class path on the command line (``--trainer.callbacks+=runkit.testing.probes.RankRecorder``),
+so the processes of a DDP run import them too.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""What every test shares: where the project is, its package, and a way to run the command line in a process.
-
-The package is found under ``src/``, so nothing here needs an edit when it is renamed.
+"""What a runkit project's tests and the kit's own share: run the command line in a process, compare checkpoints,
+expect a refusal, and skip where an extra is missing. Needs pytest (a test dependency, not runkit's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import os
 import shutil
 import stat
@@ -21,13 +19,9 @@ from typing import Any
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
-CONFIGS = ROOT / "configs"
-(PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
-
-
-SMALL_RUN = ("debug/tiny", "example/small_data")  # the example in seconds: a few batches of 256 generated images
+TEST_PATHS: list[str] = []
+"""Folders every process a test starts imports from: a suite's own modules named on its command lines (the kit's
+fixture task, a README's examples). A suite's ``conftest.py`` adds its folder."""
 PRESET_EXTRAS = {"logger/mlflow": "mlflow", "logger/wandb": "wandb"}
 """Presets whose tracker needs an extra of the project (``pip install -e '.[mlflow]'``): their tests skip without it."""
 
@@ -38,11 +32,6 @@ def needs_extras(*presets: str) -> None:
         if preset in PRESET_EXTRAS:
             extra = PRESET_EXTRAS[preset]
             pytest.importorskip(extra, reason=f"configs/{preset}.yaml needs the project's `{extra}` extra")
-
-
-def submodule(name: str) -> ModuleType:
-    """``<package>.<name>``, e.g. ``submodule("kit.command.cli")``."""
-    return importlib.import_module(f"{PACKAGE}.{name}")
 
 
 def launch(
@@ -56,8 +45,8 @@ def launch(
     """Runs ``python -m <package> *args`` in ``cwd``; stdout and stderr together are the result's ``stdout``.
     ``wrapper``: a command that runs it, as people start jobs (``("nohup",)``).
 
-    ``tests/`` and ``tests/kit/`` are on ``PYTHONPATH``, so callbacks of ``probes.py`` and ``faults.py`` and the
-    fixture task named on the command line import in every process (DDP ones too). Output goes to
+    ``TEST_PATHS`` are on ``PYTHONPATH``, so a suite's own modules named on the command line import in every process
+    (DDP ones too). Output goes to
     ``cwd/out.log``, not a pipe: DataLoader workers of a killed process hold a pipe open until they notice their
     parent is gone, which would keep the caller waiting.
     """
@@ -76,14 +65,9 @@ def launch(
 
 
 def child_path() -> str:
-    """``PYTHONPATH`` for a process a test starts: ``tests/`` and ``tests/kit/`` (probes, faults, the fixture task),
-    then what this process was given (a package put first on the path stays first)."""
-    return os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "kit"), os.environ.get("PYTHONPATH")]))
-
-
-def config_flags(*presets: str) -> list[str]:
-    """``--config`` flags for presets named by their path under ``configs/`` without ``.yaml`` (``debug/tiny``)."""
-    return [f"--config={CONFIGS / f'{name}.yaml'}" for name in presets]
+    """``PYTHONPATH`` for a process a test starts: ``TEST_PATHS``, then what this process was given (a package put
+    first on the path stays first)."""
+    return os.pathsep.join(filter(None, [*TEST_PATHS, os.environ.get("PYTHONPATH")]))
 
 
 def run_dir_flags(run_dir: Path | str) -> list[str]:

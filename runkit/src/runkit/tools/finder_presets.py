@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-PACKAGE = (__package__ or "package").split(".")[0]
+from ..command.project import current
 
 
 @dataclass(frozen=True)
@@ -105,4 +105,4 @@ def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
 def run_again(config: Namespace, preset: Path) -> str:
     """The command that trains with the preset: the config files this command was given, then the preset."""
     given = [str(path) for path in config.get("config") or []]
-    return " ".join([PACKAGE, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])
+    return " ".join([current().program, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])

@@ -32,10 +32,11 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from ..command.project import current
 from ..lightning_internals import end_fit_when_found, request_stop
 from ..safety.signals import STOP, STOPS, exit_code
 from .finder_plots import save_lr_plot, text_plot
-from .finder_presets import PACKAGE, Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
+from .finder_presets import Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
 
 LR_NAMES = ("lr", "learning_rate")
 MIN_STEPS = 13  # the suggestion skips the first 10 and the last step, and compares at least 2
@@ -105,7 +106,7 @@ def lr_find(
         raise SystemExit("error: the LR range test gave no suggestion (too few finite losses): raise --num_training")
     found = Found(key, config.get(key), float(f"{lrs[best]:.3g}"), preset)
     if trainer.is_global_zero:
-        write_preset(found, f"`{PACKAGE} lr_find`: the LR of steepest descent of the test's loss", overwrite)
+        write_preset(found, f"`{current().program} lr_find`: the LR of steepest descent of the test's loss", overwrite)
         png = save_lr_plot(finder, best, preset.with_suffix(".png"))
         print(f"suggested {key}: {found.value:g} (configured: {found.configured:g})")
         print(f"plot: {png}" if png is not None else "plot: install matplotlib for a PNG of it")
@@ -163,7 +164,7 @@ def batch_size_find(
             " or the training set's size), not a measured limit; choose the batch size for speed and accuracy"
         )
     found = Found(key, config.get(key), size, preset)
-    write_preset(found, f"`{PACKAGE} batch_size_find`: Lightning's batch-size scaling", overwrite)
+    write_preset(found, f"`{current().program} batch_size_find`: Lightning's batch-size scaling", overwrite)
     print(f"{key}: {size} (configured: {found.configured})")
     print(f"preset: {found.preset}\ntrain with it: {run_again(config, found.preset)}")
     return found

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
+from ..command.project import current
 from ..command.provenance import RunRecord, git_state
 from ..command.run_logger import RunLogger
 from .csv_logger import RunCSVLogger
@@ -83,7 +84,7 @@ def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, kno
         "tracking_uri": masked(uri),
     }
     tags = {"kit.run_dir": str(directory), "kit.experiment": directory.parent.name, "kit.run": directory.name}
-    git = git_state(Path(__file__).resolve().parents[1])
+    git = git_state(current().source)
     if git is not None:
         tags |= {"mlflow.source.git.commit": git["commit"], "kit.git.dirty": str(git["dirty"]).lower()}
     parent = os.environ.get(PARENT_RUN_ENV)

@@ -9,11 +9,7 @@ import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
-from torch import Tensor, nn
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
-
-from ..kit import (
+from runkit import (
     ScheduleCallable,
     check_optimization,
     compile_in_place,
@@ -22,6 +18,10 @@ from ..kit import (
     logging_step,
     save_plain_hyperparameters,
 )
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
 from .networks import ConvNet
 
 Batch = tuple[Tensor, Tensor]  # images (B, C, H, W) float32, labels (B,) int64
@@ -56,7 +56,7 @@ class Classifier(pl.LightningModule):
                 (``WarmupCosine``, ``OneCycleLR``) is given the run's length. ``null`` keeps the LR constant.
             label_smoothing: Cross-entropy label smoothing in ``[0, 1)``.
             compile_network: Compile the network in place with ``torch.compile`` (state_dict keys unchanged), and
-                give the optimizer a one-kernel step (``fused``, see ``kit/parts/compiled.py``).
+                give the optimizer a one-kernel step (``fused``, see ``runkit.parts.compiled``).
             scheduler_interval: ``step`` or ``epoch``; ``null``: ``epoch`` for ``ReduceLROnPlateau``, else ``step``.
             scheduler_monitor: The logged metric a ``ReduceLROnPlateau`` schedule reads.
         """
@@ -81,7 +81,7 @@ class Classifier(pl.LightningModule):
 
     def configure_model(self) -> None:
         if self.compile_network:
-            compile_in_place(self.network)  # the network, not this module (see kit/parts/compiled.py)
+            compile_in_place(self.network)  # the network, not this module (see runkit.parts.compiled)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.network(images)  # (B, num_classes) logits

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+from runkit import InvalidDataError, TensorFiles, atomic_save, check_samples
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
-
-from ..kit import InvalidDataError, TensorFiles, atomic_save, check_samples
 
 SPLITS = ("train", "val", "test")
 _CHUNK = 8192  # samples rendered at once: bounds peak memory for large sets
@@ -71,7 +70,7 @@ class GratingsDataset(Dataset[tuple[Tensor, Tensor]]):
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         image = self.images[index].to(torch.float32)  # (C, H, W)
         if self.augment:
-            # Ordinary augmentation from torch's global RNG: the kit seeds it per batch (kit/safety/resumable_data.py),
+            # Ordinary augmentation from torch's global RNG: the kit seeds it per batch (runkit.safety.resumable_data),
             # so it is reproducible whatever the worker count, and a resumed run draws what it would have.
             if self.max_shift:
                 dy, dx = torch.randint(-self.max_shift, self.max_shift + 1, (2,)).tolist()

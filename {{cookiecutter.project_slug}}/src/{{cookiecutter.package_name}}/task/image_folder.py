@@ -6,7 +6,7 @@
 
 Ordinary code, as a team writes it on day one: a map-style ``Dataset`` that opens one file per sample, random
 flips and crops drawn from torch's global RNG, ``DataLoader(shuffle=True)`` with worker processes. Nothing
-here knows about exact resume; the kit adds it (``kit/safety/resumable_data.py``).
+here knows about exact resume; the kit adds it (``runkit.safety.resumable_data``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from runkit import InvalidDataError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
-
-from ..kit import InvalidDataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 """File endings read as images (any case); other files in the class folders are ignored."""

@@ -1,0 +1,59 @@
+"""Names from before the kit was a library: ``<package>.kit.X`` resolves to ``runkit.X``.
+
+Until runkit 0.1 every project carried the kit as its own subpackage, ``<package>.kit``. The runs such a project
+made keep those class paths in their ``config.yaml``, their checkpoints' hyperparameters and their search studies
+(``<package>.kit.WarmupCosine``). So that ``validate --ckpt_path best``, ``fit --ckpt_path last``, ``runs`` and
+``search --resume`` keep working on them, the program's old ``kit`` subpackage is an alias of ``runkit`` (every
+submodule too) when the project has none of its own. Deprecated: it warns once, and goes in runkit 0.3.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+LIBRARY = __package__ or "runkit"
+
+
+class _OldKit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``<prefix>`` and ``<prefix>.<sub>`` as ``runkit`` and ``runkit.<sub>``: the very same module objects."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.prefix and not fullname.startswith(f"{self.prefix}."):
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warnings.warn(
+            f"{spec.name}: a class path from before the kit was the runkit library; it reads as"
+            f" {LIBRARY}{spec.name[len(self.prefix) :]} (new runs write that; the old name goes in runkit 0.3)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(LIBRARY + spec.name[len(self.prefix) :])
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is runkit's own, already run."""
+
+
+def alias_old_kit(program: str) -> None:
+    """Makes ``<program>.kit`` an alias of runkit, unless the program has a ``kit`` of its own (once per prefix)."""
+    prefix = f"{program}.kit"
+    if program == LIBRARY or any(isinstance(f, _OldKit) and f.prefix == prefix for f in sys.meta_path):
+        return
+    try:
+        if importlib.util.find_spec(prefix) is not None:
+            return  # the project still carries its own kit
+    except ModuleNotFoundError:
+        return  # no such package at all
+    sys.meta_path.insert(0, _OldKit(prefix))  # first: its submodules too, not copies found on runkit's path
