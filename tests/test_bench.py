@@ -80,7 +80,13 @@ def test_overhead_profile_lists_where_fit_spends_more_than_the_loop(
     installed: Callable[..., Path], tmp_path: Path
 ) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
-    args = [sys.executable, str(ROOT / "runkit" / "bench" / "overhead_profile.py"), "--short=2", "--long=4", "--rows=40"]
+    args = [
+        sys.executable,
+        str(ROOT / "runkit" / "bench" / "overhead_profile.py"),
+        "--short=2",
+        "--long=4",
+        "--rows=40",
+    ]
     rows = [line for line in run_to_the_end(args, env, tmp_path).splitlines() if line.startswith(("| +", "| -"))]
     assert len(rows) == 40
     assert any("lightning/pytorch/" in row for row in rows)  # Lightning's per-step calls are where fit spends more

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from support import PACKAGE, submodule
+from support import submodule
 from torch.utils.data import DataLoader
 
 worker_start = submodule("safety.worker_start")
