@@ -27,6 +27,9 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert loop.restarting is False  # epoch_restarted
     assert loop._combined_loader_states_to_load == []  # unread_loader_states
     assert loop._data_fetcher is None  # restart_train_iterator
+    assert loop.epoch_progress.current.processed == 0  # epochs_completed
+    assert callable(loop.teardown)  # end_fit_loop
+    assert (loop.max_epochs, loop.epoch_loop.max_steps) == (None, -1)  # run_exactly's limits
     assert callable(LightningCLI._parse_ckpt_path)  # FitKeepsItsModel
     for name in ("_parser", "_get", "_run_subcommand"):  # CLIInternals
         assert callable(getattr(LightningCLI, name)), name
@@ -202,3 +205,17 @@ def test_the_loggers_write_step_values_every_log_every_n_steps(tmp_path: Path) -
     )
     trainer.fit(BoringModel())
     assert recorder.writes == [False, False, True, False, False, True, False]  # the 3rd and 6th steps
+
+
+def test_a_checkpoint_whose_validation_is_marked_not_done_runs_it_again_on_resume(tmp_path: Path) -> None:
+    # mark_validation_not_done writes the progress Lightning itself saves when a validation's first batch is cut short.
+    internals = submodule("lightning_internals")
+    trainer = pl.Trainer(default_root_dir=tmp_path, max_steps=2, limit_val_batches=2, val_check_interval=2,
+                         enable_progress_bar=False, enable_model_summary=False, logger=False)  # fmt: skip
+    trainer.fit(BoringModel())
+    checkpoint = {"loops": {"fit_loop": trainer.fit_loop.state_dict()}}
+    internals.mark_validation_not_done(checkpoint)
+    saved = checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"]
+    assert saved.keys() == trainer.fit_loop.epoch_loop.val_loop.batch_progress.state_dict().keys()
+    trainer.fit_loop.epoch_loop.val_loop.batch_progress.load_state_dict(saved)
+    assert trainer.fit_loop.epoch_loop.val_loop.batch_progress.current.processed == 0

@@ -180,3 +180,45 @@ class CLIInternals:
     def run_subcommand(self, run: Callable[[], None]) -> None:
         """Runs the subcommand (``run``); a subclass stands around it."""
         run()
+
+
+VALIDATION_NOT_DONE = {
+    "total": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
+    "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
+    "is_last_batch": False,
+}
+"""The validation loop's progress as Lightning saves it when interrupted in the step of its first batch: resuming from
+it runs the whole validation again (Lightning's RESTARTED_MID_EVALUATION)."""
+
+
+def mark_validation_not_done(checkpoint: dict[str, Any]) -> None:
+    """Records in ``checkpoint`` the fit loop's validation as not run yet, so that a resume runs it from its first
+    batch (a validation cut short by a stop: Lightning would skip what is left of it). The loops' saved state is
+    Lightning's private format."""
+    checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = VALIDATION_NOT_DONE
+
+
+def epochs_completed(trainer: pl.Trainer) -> int:
+    """Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint; the
+    loops' progress counters are not public API)."""
+    return int(trainer.fit_loop.epoch_progress.current.processed)
+
+
+def end_fit_loop(trainer: pl.Trainer) -> None:
+    """Tears the fit loop down (its DataLoader workers end) after the train loader was made outside ``fit``
+    (``estimated_stepping_batches``); the loop's teardown is private."""
+    trainer.fit_loop.teardown()
+
+
+def run_exactly(trainer: pl.Trainer, steps: int) -> None:
+    """Makes the next ``fit`` run ``steps`` optimizer steps, whatever the configured run's length (the finders' trials):
+    Lightning's tuner sets the loops' limits the same way, privately."""
+    trainer.fit_loop.max_epochs = -1
+    trainer.fit_loop.epoch_loop.max_steps = steps
+
+
+def resolved_ckpt_path(arguments: Any, path: str | None) -> None:
+    """Writes the checkpoint the kit resolved (``best``/``last`` -> a file) back into the subcommand's arguments in
+    LightningCLI's stored config, where ``_run_subcommand`` reads ``ckpt_path`` from (the config is LightningCLI's own,
+    not a public input)."""
+    arguments["ckpt_path"] = path

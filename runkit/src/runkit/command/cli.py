@@ -19,7 +19,7 @@ import yaml
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..lightning_internals import CLIInternals, FitKeepsItsModel
+from ..lightning_internals import CLIInternals, FitKeepsItsModel, resolved_ckpt_path
 from ..observe.first_screen import quiet_lightning
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.lost_process import exit_if_lost
@@ -157,7 +157,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             session.release()
             self.parser.error(str(error))
         if self.subcommand and arguments.get("ckpt_path") is not None:
-            arguments["ckpt_path"] = ckpt_path  # `best`/`last` resolved to a file
+            resolved_ckpt_path(arguments, ckpt_path)  # `best`/`last` resolved to a file
         parser, parsed = self.subcommand_parser(self.subcommand), self.config.get(str(self.subcommand), self.config)
         callbacks = session.save_config(parser, parsed) if self.subcommand else []
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too

@@ -33,6 +33,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from ..lightning_internals import epochs_completed
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.checkpoints import LAST
 from ..safety.digests import KEY as DIGESTS
@@ -201,7 +202,7 @@ class RunRecord:
         """Epoch, step and best monitored value so far (called with every checkpoint); ``provenance.yaml`` gets them
         with ``commit_progress``, once the checkpoint that holds them is on disk."""
         # Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint).
-        epochs = trainer.fit_loop.epoch_progress.current.processed
+        epochs = epochs_completed(trainer)
         progress: dict[str, Any] = {"epochs": epochs, "step": trainer.global_step}
         if logged_step is not None:
             progress["logged_step"] = logged_step  # the last step the trackers have: a resume starts after it

@@ -34,18 +34,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from ..lightning_internals import cluster_environment, request_stop, take_over_signals
+from ..lightning_internals import cluster_environment, mark_validation_not_done, request_stop, take_over_signals
 from .boundaries import StepBoundary
 from .checkpoints import LastCheckpoint, checkpoint_dir
 from .signals import STOP, Interrupted, exit_code
-
-# The validation loop's progress as Lightning saves it when interrupted in the step of its first batch: resuming
-# from it runs the whole validation again (lightning's RESTARTED_MID_EVALUATION).
-_VALIDATION_NOT_DONE = {
-    "total": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
-    "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
-    "is_last_batch": False,
-}
 
 
 class Preemption(StepBoundary):
@@ -150,7 +142,7 @@ class Preemption(StepBoundary):
         if self._validation_cut:
             # The training state is complete, the validation is not: record it as not run yet, so that a resume
             # runs it from its first batch (Lightning would skip what is left of it, or continue with other batches).
-            checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = _VALIDATION_NOT_DONE
+            mark_validation_not_done(checkpoint)
 
 
 def _where(trainer: pl.Trainer) -> str:

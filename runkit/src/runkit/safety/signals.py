@@ -25,14 +25,10 @@ from types import FrameType
 from typing import Any
 
 from . import worker_shield
+from .stops import STOPS
 
-STOPS: dict[int, str] = {
-    signal.SIGTERM: "preempted",  # 143
-    signal.SIGUSR1: "preempted",  # 138: SLURM's requeue signal
-    signal.SIGHUP: "interrupted",  # 129
-    signal.SIGINT: "interrupted",  # 130
-}
-"""The signals that stop a command, and the status each leaves in the run's provenance."""
+# The one list of them: `stops.py` (the loader workers block the same ones).
+
 
 INTERRUPTED_EXIT_CODE = 128 + signal.SIGINT  # 130: the shell's code for Ctrl-C
 PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM  # 143: the shell's code for "terminated by SIGTERM"

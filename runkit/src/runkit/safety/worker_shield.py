@@ -21,7 +21,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-SHIELDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+from .stops import STOPS
+
+SHIELDED = tuple(STOPS)  # the stop signals (stops.py): a worker outlives each of them
 
 _active = 0  # shielding() blocks entered in this process
 _forking: list[int] = []  # the parent's pid, set just before a fork

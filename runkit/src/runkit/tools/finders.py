@@ -33,7 +33,7 @@ from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..command.project import current
-from ..lightning_internals import end_fit_when_found, request_stop
+from ..lightning_internals import end_fit_when_found, request_stop, run_exactly
 from ..safety.signals import STOP, STOPS, exit_code
 from .finder_plots import save_lr_plot, text_plot
 from .finder_presets import Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
@@ -82,8 +82,7 @@ def lr_find(
     refuse_existing(parser, [preset, preset.with_suffix(".png")], overwrite)
     # The test takes its own number of steps, whatever the configured run's length: lift the epoch limit that
     # would end it early, and size the configured schedule (which the finder replaces) to the test.
-    trainer.fit_loop.max_epochs = -1
-    trainer.fit_loop.epoch_loop.max_steps = num_training
+    run_exactly(trainer, num_training)
     with stopped_by_signals(trainer, "the LR range test"):
         finder = Tuner(trainer).lr_find(
             model,
@@ -147,8 +146,7 @@ def batch_size_find(
     preset = Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml")
     refuse_existing(parser, [preset], overwrite)
     # As in `lr_find`: each trial runs its own number of steps, whatever the configured run's length.
-    trainer.fit_loop.max_epochs = -1
-    trainer.fit_loop.epoch_loop.max_steps = steps_per_trial
+    run_exactly(trainer, steps_per_trial)
     finder = _BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, attribute, margin, max_val)
     end_fit_when_found(finder)
     trainer.callbacks = [finder, *trainer.callbacks]  # type: ignore[attr-defined]

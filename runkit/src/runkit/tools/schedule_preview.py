@@ -13,7 +13,7 @@ import warnings
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
 
-from ..lightning_internals import attach_for_fit, configured_optimizers
+from ..lightning_internals import attach_for_fit, configured_optimizers, end_fit_loop
 
 
 def learning_rates(
@@ -28,7 +28,7 @@ def learning_rates(
         optimizers, schedulers = configured_optimizers(model)
         total = trainer.estimated_stepping_batches
     finally:
-        trainer.fit_loop.teardown()  # stops DataLoader workers started to count the batches
+        end_fit_loop(trainer)  # stops DataLoader workers started to count the batches
     if not math.isfinite(total):
         raise ValueError("the run has no end (max_epochs=-1 and max_steps=-1): set trainer.max_steps")
     optimizer = optimizers[0]
