@@ -37,6 +37,6 @@ def test_limit_batches_takes_a_fraction_of_each_epoch(run_cli: Callable[..., obj
 
 
 def test_detect_anomaly_names_the_operation_that_made_nan(run_cli: Callable[..., object]) -> None:
-    network = "--model.network=probes.NanGradientNet"  # finite forward, NaN backward
+    network = "--model.network=runkit.testing.probes.NanGradientNet"  # finite forward, NaN backward
     with pytest.raises(RuntimeError, match="Function '_NanBackwardBackward' returned nan values"):
         run_cli("fit", network, presets=(*SMALL_RUN, "debug/detect_anomaly"))

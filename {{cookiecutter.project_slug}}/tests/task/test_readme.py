@@ -1,4 +1,5 @@
-"""The README and the pages of docs/ point at files, tests and pages that exist."""
+"""The README points at files, tests and pages of this project that exist (what it names of runkit's, as
+"runkit's `tests/...`" or runkit's `docs/` pages, is runkit's to keep)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,17 @@ from pathlib import Path
 import pytest
 from support import PACKAGE, ROOT
 
-PAGES = {
-    path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
-    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
-}
-TEXT = "\n".join(PAGES.values())
+PAGES = {"README.md": (ROOT / "README.md").read_text(encoding="utf-8")}
+TEXT = re.sub(r"runkit's `[^`]*`", "", PAGES["README.md"])  # runkit's files: not this project's
 
 
 def test_docs_are_found() -> None:
-    assert {"README.md", "docs/practices.md"} <= set(PAGES)
+    assert "## Where your code goes" in PAGES["README.md"]
 
 
 def test_every_referenced_file_exists() -> None:
-    paths = set(re.findall(r"`?((?:<pkg>|configs|tests|scripts|bench|docs)/[\w./-]+\.(?:py|yaml|sh|sbatch|md))", TEXT))
-    assert len(paths) > 40
+    paths = set(re.findall(r"`?((?:<pkg>|configs|tests|scripts|src)/[\w./-]+\.(?:py|yaml|sh|sbatch|md))", TEXT))
+    assert len(paths) > 20
     missing = [path for path in paths if not (ROOT / path.replace("<pkg>", f"src/{PACKAGE}")).is_file()]
     assert missing == []
 
@@ -39,14 +37,14 @@ def test_every_relative_link_resolves(page: str) -> None:
 def test_every_referenced_test_exists() -> None:
     # In a cell, `tests/<dir>/test_x.py::name` and every `::other` after it (until the next file) name test functions.
     references = []
-    for cell in re.findall(r"tests/(?:kit|task)/test_\w+\.py::[^|\n]*", TEXT):
+    for cell in re.findall(r"tests/(?:task/)?test_\w+\.py::[^|\n]*", TEXT):
         path = ""
-        for token in re.findall(r"tests/(?:kit|task)/test_\w+\.py|::\w+", cell):
+        for token in re.findall(r"tests/(?:task/)?test_\w+\.py|::\w+", cell):
             if token.startswith("::"):
                 references.append((path, token[2:]))
             else:
                 path = token
-    assert len(references) > 40
+    assert len(references) >= 2
     missing = [f"{path}::{name}" for path, name in references if f"def {name}(" not in (ROOT / path).read_text()]
     assert missing == []
 
