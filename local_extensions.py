@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
+from cookiecutter.config import BUILTIN_ABBREVIATIONS
+from cookiecutter.repository import expand_abbreviations, is_repo_url
 from cookiecutter.utils import simple_filter
 
 # TOML basic strings must escape these; every other character stays as it is (the file is UTF-8).
@@ -36,8 +39,10 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
     """The project's requirement on runkit: the ``runkit_requirement`` answer, or for ``auto`` where this template came
     from, so the project installs the runkit of the very template commit it was made from.
 
-    - through cruft (``_commit`` set): ``runkit @ git+<url>@<commit>#subdirectory=runkit``; ``cruft update`` moves it;
-    - from a git URL with cookiecutter: the same, at ``--checkout`` or the clone's commit;
+    - through cruft (``_commit`` set): ``runkit @ git+<url>@<commit>#subdirectory=runkit``, a local template's
+      ``file://`` URL included; ``cruft update`` moves the commit;
+    - from a git URL with cookiecutter: the same at ``--checkout``'s tag, or else at the clone's commit (a branch
+      would move under the project);
     - from a local checkout: ``runkit @ file:///<checkout>/runkit``;
     - ``index``: ``runkit>=0.1,<0.2`` from the package index the team publishes it to.
     """
@@ -47,26 +52,38 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
     if answer != "auto":
         return answer
     template = str(cookiecutter.get("_template", "."))
-    remote = "://" in template or template.startswith(("gh:", "gl:", "bb:", "git@"))
-    checkout = Path(__file__).resolve().parent  # this file's folder: the template's copy cookiecutter renders from
-    where = template if remote else checkout.as_uri()
-    commit = cookiecutter.get("_commit") or cookiecutter.get("_checkout")
-    if not commit and remote:
-        commit = _head(checkout)
-    if commit and (remote or cookiecutter.get("_commit")):
-        return f"{LIBRARY} @ git+{_expanded(where)}@{commit}#subdirectory={LIBRARY}"
-    return f"{LIBRARY} @ {where}/{LIBRARY}"
+    if commit := cookiecutter.get("_commit"):  # cruft: its template is a URL, or a local repository's absolute path
+        return _at_commit(template, str(commit))
+    # _repo_dir: the folder cookiecutter renders from, its clone of a URL; a local path as given, maybe relative to a
+    # folder that rendering has left (it runs inside the template's folder), where this file's own folder is the one.
+    folder = Path(str(cookiecutter.get("_repo_dir", "")))
+    if not folder.is_absolute():
+        folder = Path(__file__).resolve().parent
+    if is_repo_url(expand_abbreviations(template, BUILTIN_ABBREVIATIONS)):
+        return _at_commit(template, _pin(folder, cookiecutter.get("_checkout")))
+    return f"{LIBRARY} @ {folder.resolve().as_uri()}/{LIBRARY}"
 
 
-def _expanded(url: str) -> str:
-    """A cookiecutter abbreviation (``gh:org/repo``) as the URL pip clones."""
-    hosts = {"gh:": "https://github.com/", "gl:": "https://gitlab.com/", "bb:": "https://bitbucket.org/"}
-    for short, host in hosts.items():
-        if url.startswith(short):
-            return host + url[len(short) :].removesuffix(".git") + ".git"
-    return url
+def _at_commit(template: str, ref: str) -> str:
+    """The requirement on runkit in the git repository ``template`` (a URL, an abbreviation or a path) at ``ref``."""
+    url = expand_abbreviations(template, BUILTIN_ABBREVIATIONS).removeprefix("git+")
+    if scp := re.fullmatch(r"([\w.-]+@[\w.-]+):(?!//)(.+)", url):  # git@host:org/repo.git, which pip does not read
+        url = f"ssh://{scp[1]}/{scp[2]}"
+    elif not is_repo_url(url):  # cruft's local template: an absolute path
+        url = Path(url).resolve().as_uri()
+    return f"{LIBRARY} @ git+{url}@{ref}#subdirectory={LIBRARY}"
 
 
-def _head(repo: Path) -> str | None:
-    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return done.stdout.strip() or None
+def _pin(clone: Path, checkout: object) -> str:
+    """What a project pins in cookiecutter's ``clone``: ``checkout`` where it is a tag, else the commit checked out."""
+    if checkout and _git(clone, "rev-parse", "--verify", "--quiet", f"refs/tags/{checkout}"):
+        return str(checkout)
+    if commit := _git(clone, "rev-parse", "HEAD"):
+        return commit
+    raise ValueError(f"{clone} is no git checkout: answer runkit_requirement=index, or a requirement on runkit")
+
+
+def _git(repo: Path, *args: str) -> str:
+    """git's output in ``repo``; empty where git fails."""
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""

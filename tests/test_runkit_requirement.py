@@ -1,0 +1,123 @@
+"""The requirement on runkit a generation writes into pyproject.toml, for each way a team gets the template: a git
+URL at a tag or a branch, a local checkout, cruft, a package index (``make test-installs`` installs each for real)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import jinja2
+import pytest
+from conftest import ROOT, copy_template, cruft, git
+
+TAG = "runkit-v0.1.0"
+
+
+def requirement(project: Path) -> str:
+    """The project's one dependency on runkit, as written."""
+    dependencies = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (line,) = [line for line in dependencies if line.startswith("runkit")]
+    return line
+
+
+@pytest.fixture
+def generate(tmp_path: Path) -> Callable[..., Path]:
+    """Runs the cookiecutter command on a template with ``options``, from a folder of its own; the project made."""
+    # Its own clones' folder and replay folder: nothing under the home directory is read or written.
+    config = tmp_path / "cookiecutter.yaml"
+    config.write_text(json.dumps({"cookiecutters_dir": str(tmp_path / "clones"), "replay_dir": str(tmp_path / "re")}))
+
+    def generate(template: str, *options: str, cwd: Path = tmp_path) -> Path:
+        output = tmp_path / f"out{len(list(tmp_path.glob('out*')))}"
+        command = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config)]
+        done = subprocess.run(
+            [*command, "--output-dir", str(output), template, *options], cwd=cwd, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        (project,) = output.iterdir()
+        return project
+
+    return generate
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> tuple[Path, str]:
+    """A bare git repository of this working tree, committed, with the tag ``TAG`` and a later commit on main past
+    it; the later commit."""
+    work = tmp_path / "work"
+    work.mkdir()
+    copy_template(work)
+    git(work, "init", "--quiet", "--initial-branch=main")
+    git(work, "add", "--all")
+    git(work, "commit", "--quiet", "--message=template")
+    git(work, "tag", TAG)
+    git(work, "commit", "--quiet", "--allow-empty", "--message=after the tag")
+    git(tmp_path, "clone", "--quiet", "--bare", str(work), "template.git")
+    return tmp_path / "template.git", git(work, "rev-parse", "HEAD").strip()
+
+
+def test_a_git_url_at_a_tag_pins_the_tag(generate: Callable[..., Path], repository: tuple[Path, str]) -> None:
+    bare, _ = repository
+    project = generate(bare.as_uri(), "--checkout", TAG)
+    assert requirement(project) == f"runkit @ git+{bare.as_uri()}@{TAG}#subdirectory=runkit"
+
+
+def test_a_git_url_at_a_branch_pins_its_commit(generate: Callable[..., Path], repository: tuple[Path, str]) -> None:
+    bare, head = repository
+    wanted = f"runkit @ git+{bare.as_uri()}@{head}#subdirectory=runkit"  # a commit: the branch moves on, the pin not
+    assert requirement(generate(bare.as_uri(), "--checkout", "main")) == wanted
+    assert requirement(generate(bare.as_uri())) == wanted
+    # pip's spelling of the URL (git+file://) is cookiecutter's too, and is not doubled; from this repository's
+    # folder, whose local_extensions.py Python finds first, the commit is still the clone's.
+    assert requirement(generate(f"git+{bare.as_uri()}", cwd=ROOT)) == wanted
+
+
+def test_a_local_checkout_names_its_runkit_folder(generate: Callable[..., Path]) -> None:
+    wanted = f"runkit @ {ROOT.as_uri()}/runkit"
+    assert requirement(generate(str(ROOT))) == wanted
+    assert requirement(generate(".", cwd=ROOT)) == wanted  # `make main` (rendering runs in another folder)
+
+
+def test_index_names_the_published_range_and_a_requirement_is_written_as_given(
+    generate: Callable[..., Path],
+) -> None:
+    assert requirement(generate(str(ROOT), "runkit_requirement=index")) == "runkit>=0.1,<0.2"
+    given = f"runkit @ git+https://git.example.com/ml/template.git@{TAG}#subdirectory=runkit"
+    assert requirement(generate(str(ROOT), f"runkit_requirement={given}")) == given
+
+
+def test_cruft_pins_the_commit_of_a_local_repository(tmp_path: Path, repository: tuple[Path, str]) -> None:
+    bare, _ = repository
+    (tmp_path / "projects").mkdir()
+    created = cruft(tmp_path / "projects", "create", str(bare), "--checkout", TAG, "--no-input")
+    assert created.returncode == 0, created.stderr
+    (project,) = (tmp_path / "projects").iterdir()
+    commit = json.loads((project / ".cruft.json").read_text())["commit"]
+    # the repository cruft names in .cruft.json (not its scratch clone), at the commit it moves on `cruft update`
+    assert requirement(project) == f"runkit @ git+{bare.as_uri()}@{commit}#subdirectory=runkit"
+    assert commit == git(bare, "rev-parse", f"{TAG}^{{commit}}").strip()
+
+
+@pytest.mark.parametrize(
+    ("template", "url"),
+    [
+        ("https://github.com/org/template", "git+https://github.com/org/template"),
+        ("gh:org/template", "git+https://github.com/org/template.git"),
+        ("git@gitlab.example.com:ml/template.git", "git+ssh://git@gitlab.example.com/ml/template.git"),
+        ("ssh://git@gitlab.example.com/ml/template.git", "git+ssh://git@gitlab.example.com/ml/template.git"),
+    ],
+)
+def test_cruft_template_urls_are_written_as_pip_clones_them(template: str, url: str) -> None:
+    spec = importlib.util.spec_from_file_location("local_extensions_under_test", ROOT / "local_extensions.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    render = jinja2.Environment(extensions=[module.runkit_requirement]).filters["runkit_requirement"]
+    answers = {"runkit_requirement": "auto", "_template": template, "_commit": "0123abc"}
+    assert render(answers) == f"runkit @ {url}@0123abc#subdirectory=runkit"
