@@ -22,10 +22,11 @@ that fails mid-run is reported once and recorded, and training goes on. Each log
 Lightning's gets wrong for a run that is stopped and resumed (said on the class); each keeps ``logged_step``, the
 last step it logged: ``provenance.yaml`` records it with each checkpoint, and a resume starts the trackers after it.
 
-Files: ``entries.py`` (what ``trainer.logger`` holds), ``checks.py`` (URIs resolved and every tracker checked
-before anything is built), ``placement.py`` (the loggers of a ``fit``, told where the run is; ids into
-provenance), ``csv_logger.py``, ``mlflow_logger.py``, ``wandb_logger.py`` (Lightning's loggers, continued
-across resumes), ``tracked_run.py`` (checkpoints in the run folder, loggers flushed with them), ``secrets.py``
-(no credential in a file a run writes). Nothing is imported here: ``command/`` imports these modules, and they
-import ``command/``'s run folders and provenance.
+Files: ``kinds.py`` (the extension point: a ``Tracker`` places one kind of Lightning logger in a run; a new tracker
+is one file and one ``register`` call), ``entries.py`` (what ``trainer.logger`` holds), ``checks.py`` (URIs resolved
+and every tracker checked before anything is built), ``placement.py`` (the loggers of a ``fit``, told where the run
+is, and the four trackers the kit registers; ids into provenance), ``csv_logger.py``, ``mlflow_logger.py``,
+``wandb_logger.py`` (Lightning's loggers, continued across resumes), ``tracked_run.py`` (checkpoints in the run
+folder, loggers flushed with them), ``secrets.py`` (no credential in a file a run writes). Nothing is imported here:
+``command/`` imports these modules, and they import ``command/``'s run folders and provenance.
 """

@@ -14,6 +14,7 @@ from ..command.provenance import RunRecord, git_state
 from ..command.run_logger import RunLogger
 from .csv_logger import RunCSVLogger
 from .entries import LOCAL_STORE, class_of, configured_loggers, init_args
+from .kinds import BUILT_IN, Placement, tracker_for
 from .mlflow_logger import RunMLFlowLogger
 from .secrets import masked
 from .wandb_logger import RunWandbLogger, new_wandb_id
@@ -25,9 +26,9 @@ def in_run(
     """The loggers of a ``fit`` that writes in ``directory``: each configured one, told where the run is.
 
     ``configured``: ``trainer.logger`` as configured (entries with ``class_path``); ``built``: the same,
-    built. Nothing configured (``null``/``true``): TensorBoard. A logger of another class is kept as built.
-    ``record``: the run's provenance (``None``: a ``fit`` called in code), where tracker ids are kept.
-    ``purge_step``: the first step a resumed session logs (``None``: a new run).
+    built. Nothing configured (``null``/``true``): TensorBoard. A logger no registered tracker places
+    (``kinds.py``) is kept as built. ``record``: the run's provenance (``None``: a ``fit`` called in code), where
+    tracker ids are kept. ``purge_step``: the first step a resumed session logs (``None``: a new run).
     """
     if configured is False:
         return False
@@ -36,20 +37,53 @@ def in_run(
     known = (record.data.get("trackers") if record is not None else None) or {}
     loggers: list[Logger] = []
     for entry, instance in zip(entries, built_list, strict=False):
-        cls = class_of(entry) if entry is not None else TensorBoardLogger
-        args = init_args(entry)
-        if cls is None or not issubclass(cls, (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger)):
+        tracker = tracker_for(class_of(entry) if entry is not None else TensorBoardLogger)
+        if tracker is None:
             loggers.append(instance)
-        elif issubclass(cls, TensorBoardLogger):
-            loggers.append(RunLogger(directory, purge_step=purge_step))
-        elif issubclass(cls, CSVLogger):
-            flush = args.get("flush_logs_every_n_steps", 100)
-            loggers.append(RunCSVLogger(directory, purge_step, args.get("prefix", ""), flush))
-        elif issubclass(cls, MLFlowLogger):
-            loggers.append(_mlflow(args, directory, record, known.get("mlflow") or {}))
-        else:
-            loggers.append(_wandb(args, directory, record, known.get("wandb") or {}))
+            continue
+        run = Placement(directory, record, known.get(tracker.name) or {}, purge_step)
+        loggers.append(tracker.place(init_args(entry), run))
     return loggers
+
+
+class TensorBoardTracker:
+    """Events in the run folder (``command/run_logger.py``)."""
+
+    base, name = TensorBoardLogger, "tensorboard"
+
+    def place(self, args: dict[str, Any], run: Placement) -> Logger:
+        return RunLogger(run.directory, purge_step=run.purge_step)
+
+
+class CSVTracker:
+    """``<run>/metrics.csv`` (``csv_logger.py``)."""
+
+    base, name = CSVLogger, "csv"
+
+    def place(self, args: dict[str, Any], run: Placement) -> Logger:
+        flush = args.get("flush_logs_every_n_steps", 100)
+        return RunCSVLogger(run.directory, run.purge_step, args.get("prefix", ""), flush)
+
+
+class MLflowTracker:
+    """A run named after the run folder, its config, git state, artifacts and status (``mlflow_logger.py``)."""
+
+    base, name = MLFlowLogger, "mlflow"
+
+    def place(self, args: dict[str, Any], run: Placement) -> Logger:
+        return _mlflow(args, run.directory, run.record, run.known)
+
+
+class WandbTracker:
+    """Files in ``<run>/wandb/``, the config MLflow holds (``wandb_logger.py``)."""
+
+    base, name = WandbLogger, "wandb"
+
+    def place(self, args: dict[str, Any], run: Placement) -> Logger:
+        return _wandb(args, run.directory, run.record, run.known)
+
+
+BUILT_IN[:] = [TensorBoardTracker(), CSVTracker(), MLflowTracker(), WandbTracker()]
 
 
 def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, known: dict[str, Any]) -> RunMLFlowLogger:
