@@ -40,7 +40,7 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
     from, so the project installs the runkit of the very template commit it was made from.
 
     - through cruft (``_commit`` set): ``runkit @ git+<url>@<commit>#subdirectory=runkit``, a local template's
-      ``file://`` URL included; ``cruft update`` moves the commit;
+      ``file://localhost/`` URL included; ``cruft update`` moves the commit;
     - from a git URL with cookiecutter: the same at ``--checkout``'s tag, or else at the clone's commit (a branch
       would move under the project);
     - from a local checkout: ``runkit @ file:///<checkout>/runkit``;
@@ -71,6 +71,9 @@ def _at_commit(template: str, ref: str) -> str:
         url = f"ssh://{scp[1]}/{scp[2]}"
     elif not is_repo_url(url):  # cruft's local template: an absolute path
         url = Path(url).resolve().as_uri()
+    # A host for a local repository: pip 23.2 (what Python 3.11's venv brings) refuses a dependency on a git+file URL
+    # that has none ("Invalid URL"), and git reads file://localhost/ as file:///.
+    url = re.sub(r"^file:///", "file://localhost/", url)
     return f"{LIBRARY} @ git+{url}@{ref}#subdirectory={LIBRARY}"
 
 

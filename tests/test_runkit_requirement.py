@@ -10,18 +10,27 @@ import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 import jinja2
 import pytest
 from conftest import ROOT, copy_template, cruft, git
+from packaging.requirements import Requirement
 
 TAG = "runkit-v0.1.0"
+
+
+def pip_url(repository: Path) -> str:
+    """A local repository's URL as pip reads it in a dependency (pip 23.2 refuses a git+file URL without a host)."""
+    return repository.as_uri().replace("file:///", "file://localhost/")
 
 
 def requirement(project: Path) -> str:
     """The project's one dependency on runkit, as written."""
     dependencies = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     (line,) = [line for line in dependencies if line.startswith("runkit")]
+    if link := Requirement(line).url:  # pip 23.2 (Python 3.11's venv) refuses a URL without a host but for file:
+        assert urlparse(link).scheme == "file" or urlparse(link).netloc, f"{line}: pip 23.2 refuses this URL"
     return line
 
 
@@ -64,12 +73,12 @@ def repository(tmp_path: Path) -> tuple[Path, str]:
 def test_a_git_url_at_a_tag_pins_the_tag(generate: Callable[..., Path], repository: tuple[Path, str]) -> None:
     bare, _ = repository
     project = generate(bare.as_uri(), "--checkout", TAG)
-    assert requirement(project) == f"runkit @ git+{bare.as_uri()}@{TAG}#subdirectory=runkit"
+    assert requirement(project) == f"runkit @ git+{pip_url(bare)}@{TAG}#subdirectory=runkit"
 
 
 def test_a_git_url_at_a_branch_pins_its_commit(generate: Callable[..., Path], repository: tuple[Path, str]) -> None:
     bare, head = repository
-    wanted = f"runkit @ git+{bare.as_uri()}@{head}#subdirectory=runkit"  # a commit: the branch moves on, the pin not
+    wanted = f"runkit @ git+{pip_url(bare)}@{head}#subdirectory=runkit"  # a commit: the branch moves on, the pin not
     assert requirement(generate(bare.as_uri(), "--checkout", "main")) == wanted
     assert requirement(generate(bare.as_uri())) == wanted
     # pip's spelling of the URL (git+file://) is cookiecutter's too, and is not doubled; from this repository's
@@ -99,7 +108,7 @@ def test_cruft_pins_the_commit_of_a_local_repository(tmp_path: Path, repository:
     (project,) = (tmp_path / "projects").iterdir()
     commit = json.loads((project / ".cruft.json").read_text())["commit"]
     # the repository cruft names in .cruft.json (not its scratch clone), at the commit it moves on `cruft update`
-    assert requirement(project) == f"runkit @ git+{bare.as_uri()}@{commit}#subdirectory=runkit"
+    assert requirement(project) == f"runkit @ git+{pip_url(bare)}@{commit}#subdirectory=runkit"
     assert commit == git(bare, "rev-parse", f"{TAG}^{{commit}}").strip()
 
 
