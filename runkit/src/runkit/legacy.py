@@ -16,6 +16,7 @@ import importlib.util
 import sys
 import warnings
 from types import ModuleType
+from typing import Any
 
 LIBRARY = __package__ or "runkit"
 
@@ -25,6 +26,7 @@ class _OldKit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
@@ -40,10 +42,14 @@ class _OldKit(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(LIBRARY + spec.name[len(self.prefix) :])
+        module = importlib.import_module(LIBRARY + spec.name[len(self.prefix) :])
+        self._specs[module.__name__] = module.__spec__
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module is runkit's own, already run."""
+        """The module is runkit's own, already run: only its ``__spec__``, which the import set to the alias's, is
+        put back (its lazy relative imports and ``importlib.reload`` read it)."""
+        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
 
 
 def alias_old_kit(program: str) -> None:
@@ -52,8 +58,30 @@ def alias_old_kit(program: str) -> None:
     if program == LIBRARY or any(isinstance(f, _OldKit) and f.prefix == prefix for f in sys.meta_path):
         return
     try:
-        if importlib.util.find_spec(prefix) is not None:
-            return  # the project still carries its own kit
+        spec = importlib.util.find_spec(prefix)
     except ModuleNotFoundError:
         return  # no such package at all
+    if spec is not None and spec.origin is not None:
+        return  # the project still carries its own kit
+    # No kit, or a folder of the deleted one without its __init__.py (its __pycache__, which git leaves behind once
+    # `cruft update` has deleted the files): Python would import that as an empty namespace package.
+    sys.modules.pop(prefix, None)
     sys.meta_path.insert(0, _OldKit(prefix))  # first: its submodules too, not copies found on runkit's path
+
+
+def current_names(value: Any) -> Any:
+    """``value`` (a config, a checkpoint's hyperparameters: mappings, lists, strings) with every old class path
+    ``<program>.kit.X`` of an aliased program written ``runkit.X``, the name runkit's classes are parsed to now.
+
+    For comparing what a run made before saved with what a command asks for now (a resume's model, a search's
+    study): the same class, otherwise named.
+    """
+    prefixes = tuple(f"{finder.prefix}." for finder in sys.meta_path if isinstance(finder, _OldKit))
+    if isinstance(value, dict):
+        return {key: current_names(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(current_names(item) for item in value)
+    for prefix in prefixes if isinstance(value, str) else ():
+        if value.startswith(prefix):
+            return f"{LIBRARY}.{value[len(prefix) :]}"
+    return value

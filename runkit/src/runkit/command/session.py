@@ -24,6 +24,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
+from ..legacy import current_names
 from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
@@ -120,6 +121,7 @@ class RunSession:
         saved = yaml.safe_load(record["config"]) if isinstance(record.get("config"), str) else None
         if not isinstance(saved, dict):
             return  # not written by this kit's fit: nothing to compare with
+        saved = current_names(saved)  # a run made before runkit names its classes `<package>.kit.X` (legacy.py)
         changed = changed_keys("model", command.get("model"), saved.get("model"), links)
         data = [
             spec.get("class_path") if isinstance(spec, dict) else spec

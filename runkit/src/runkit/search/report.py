@@ -15,6 +15,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from ..legacy import current_names
 from .space import Dimension
 
 # Keys the preset leaves out: where a run writes is the user's choice, not a setting of the trial.
@@ -74,8 +75,11 @@ def table(study: optuna.Study, space: list[Dimension], metric: str) -> str:
 
 
 def write_best_preset(path: Path, trial_config: Path, default_config: dict[str, Any], note: str) -> Path:
-    """Writes what ``trial_config`` (a trial's saved ``config.yaml``) changes from ``default_config`` to ``path``."""
-    changes = _difference(yaml.safe_load(trial_config.read_text()), default_config)
+    """Writes what ``trial_config`` (a trial's saved ``config.yaml``) changes from ``default_config`` to ``path``.
+
+    A trial made before runkit was a library names runkit's classes ``<package>.kit.X``: read as ``runkit.X``, the
+    same class is no change."""
+    changes = _difference(current_names(yaml.safe_load(trial_config.read_text())), default_config)
     preset: dict[str, Any] = {}
     for key, value in changes.items():
         node = preset

@@ -1,4 +1,10 @@
-"""Starting or joining a study: joined only with the same space, metric and fit config, in a folder of its own."""
+"""Starting or joining a study: joined only with the same space, metric and fit config, in a folder of its own.
+
+The same fit config may be spelled otherwise than when the study started, by an earlier runkit or an earlier
+template: class paths ``<package>.kit.X`` from before runkit was a library (``runkit.X`` now), ``best_checkpoint``'s
+``mode: max`` where the template now leaves it to the metric's name. The study is joined then too, checked against
+the ``base.yaml`` its last command wrote (which hashes to the study's fingerprint), and holds the new spelling's.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,15 @@ import dataclasses
 import hashlib
 import json
 import uuid
+from typing import Any
 
 import optuna
 import yaml
 
+from ..command.resume_keys import flat
 from ..command.runs import is_run
+from ..legacy import current_names
+from ..safety.monitor_mode import checked_mode
 from .storage import JOURNAL, exclusive, shown, study_exists
 from .trial import MARK, trial_dir
 from .worker import Plan
@@ -34,20 +44,21 @@ def start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.Ba
             f"{plan.search_dir} holds trial folders of another study ({', '.join(found)}): this study ({where}) did"
             " not make them; give the search another --run.name, or move them away"
         )
-    fit = yaml.safe_load(base)
-    fit.get("trainer", {}).pop("default_root_dir", None)  # may differ between machines
-    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction, "fit": fit}
-    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    identity = {"space": [vars(d) for d in plan.space], "metric": plan.metric, "direction": plan.direction}
+    fit = _fit(yaml.safe_load(base))
+    fingerprint = _fingerprint(identity, fit)
     study, storage = plan.open_study()
     with exclusive(storage, plan.study_name):  # workers that start together agree on one id
         known = study.user_attrs.get("fingerprint")
-        if known is None:
+        if known is not None and known != fingerprint:
+            before = _fit_before(plan, identity, known)
+            if before is None or _canonical(before) != _canonical(fit):
+                raise ValueError(
+                    f"study {plan.study_name!r} in {where} was started with another space, metric or fit config"
+                    f"{_differences(before, fit)}; give this search another --run.name"
+                )
+        if known != fingerprint:  # a new study, or this one's config in this spelling from now on
             study.set_user_attr("fingerprint", fingerprint)
-        elif known != fingerprint:
-            raise ValueError(
-                f"study {plan.study_name!r} in {where} was started with another space, metric or fit config; give"
-                " this search another --run.name"
-            )
         if (uid := study.user_attrs.get("uid")) is None:
             uid = uuid.uuid4().hex
             study.set_user_attr("uid", uid)
@@ -61,3 +72,51 @@ def adopt_own_trials(plan: Plan, study: optuna.Study, uid: str) -> None:
         folder = trial_dir(plan.search_dir, trial.system_attrs.get("failed_trial", trial.number))
         if folder.is_dir() and not (folder / MARK).exists():
             (folder / MARK).write_text(f"study: {uid}\n")
+
+
+def _fit(config: Any) -> Any:
+    """A fit config as the study's identity holds it: without ``trainer.default_root_dir`` (machines differ)."""
+    if isinstance(config, dict) and isinstance(config.get("trainer"), dict):
+        config["trainer"].pop("default_root_dir", None)
+    return config
+
+
+def _fingerprint(identity: dict[str, Any], fit: Any) -> str:
+    return hashlib.sha256(json.dumps({**identity, "fit": fit}, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _fit_before(plan: Plan, identity: dict[str, Any], known: str) -> Any:
+    """The study's fit config as its last command wrote it (``base.yaml``), if that is the one its fingerprint holds."""
+    try:
+        before = _fit(yaml.safe_load(plan.base_config.read_text()))
+    except (OSError, yaml.YAMLError):
+        return None
+    return before if _fingerprint(identity, before) == known else None
+
+
+def _canonical(fit: Any) -> Any:
+    """``fit`` with runkit's class paths as runkit names them now, and ``best_checkpoint``'s mode as it ranks."""
+    fit = current_names(fit)
+    best = fit.get("best_checkpoint") if isinstance(fit, dict) else None
+    arguments = best.get("init_args") if isinstance(best, dict) else None
+    if isinstance(arguments, dict):
+        try:
+            mode = checked_mode(arguments.get("monitor"), arguments.get("mode"))
+        except ValueError:
+            return fit
+        fit = {**fit, "best_checkpoint": {**best, "init_args": {**arguments, "mode": mode}}}
+    return fit
+
+
+def _differences(before: Any, fit: Any, shown: int = 3) -> str:
+    """`` (fit keys that differ from its base.yaml: ...)``, when the study's base.yaml is known; else nothing."""
+    if not isinstance(before, dict) or not isinstance(fit, dict):
+        return ""
+    ours, theirs = flat(_canonical(fit), "fit"), flat(_canonical(before), "fit")
+    keys = sorted(
+        key.removeprefix("fit.")
+        for key in ours.keys() ^ theirs.keys()
+        | {key for key in ours.keys() & theirs.keys() if ours[key] != theirs[key]}
+    )
+    more = f", and {len(keys) - shown} more" if len(keys) > shown else ""
+    return f" (fit keys that differ from its base.yaml: {', '.join(keys[:shown])}{more})" if keys else ""
