@@ -18,7 +18,14 @@ from cookiecutter.main import cookiecutter
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 # cruft works on a git repository of the template: these are all the template's files.
-TEMPLATE_FILES = ("cookiecutter.json", "local_extensions.py", "hooks", "{{cookiecutter.project_slug}}", "runkit")
+TEMPLATE_FILES = (
+    "cookiecutter.json",
+    "fresh_extensions.py",
+    "local_extensions.py",
+    "hooks",
+    "{{cookiecutter.project_slug}}",
+    "runkit",
+)
 GIT_ENVIRONMENT = {
     "GIT_AUTHOR_NAME": "Template Test",
     "GIT_AUTHOR_EMAIL": "test@example.com",
