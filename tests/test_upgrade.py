@@ -1,264 +1,300 @@
-"""A project generated before the kit was regrouped takes the change with `cruft update`, as CHANGELOG.md says.
+"""A project made from the last vendored release moves to the runkit library with `cruft update` and `pip install -e .`,
+as CHANGELOG.md says, and the runs it made before keep working.
 
-The project is baked from the template at ``BEFORE`` (the last commit before the move) and edited the ways a team
-edits it: a network and a test of its own, a default changed in the LightningModule and one in a kit file that
-moves, presets changed and one added, and the default run's epochs, learning rate and batch size changed in
-``configs/default.yaml``. It is then updated to this working tree's template.
+The project is made with ``cruft create`` from the template at ``BEFORE`` (the kit in ``src/<package>/kit/``) and
+edited as a team edits one: a config value, a task default, a preset of its own that names kit classes. With that
+code it makes runs (writing bytecode, as a team's machine does): a fit stopped by SIGTERM mid-epoch, the same fit
+uninterrupted (the reference, and a finished run with a best checkpoint), and a search study. Then it is updated to
+this working tree's template and installed again, and runkit validates, resumes, lists and continues those runs,
+whose config.yaml, checkpoints and study name ``<package>.kit.X`` class paths.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
 import re
-import shlex
+import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import optuna
 import pytest
-import yaml
-from conftest import (
-    ROOT,
-    SMOKE_TESTS,
-    TEMPLATE_FILES,
-    assert_tests_pass,
-    copy_template,
-    cruft,
-    cruft_create,
-    edit,
-    git,
-    install,
-    run,
-)
-from cookiecutter.main import cookiecutter
+import torch
+from conftest import ROOT, SMOKE_TESTS, TEMPLATE_FILES, assert_tests_pass, copy_template, cruft, git, install, run
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
 
-BEFORE = "02f50aed7af812a199c69bcb0aabf2e5acb6244b"  # the parent of 7212c33, which began the move
+BEFORE = "d8a50b8d74d02f7c4309cbf9e3369bfdfcfd5f16"  # the last release with the kit inside the project
 ANSWERS = {"project_name": "Upgrade Follower"}
 PROJECT, PACKAGE = "upgrade-follower", "upgrade_follower"
-KIT, TASK = f"src/{PACKAGE}/kit", f"src/{PACKAGE}/task"
+KIT = f"src/{PACKAGE}/kit"
 
-# The team's edits that the update keeps as they are: (file before, file after, text, the team's text).
-KEPT = [
-    ("configs/default.yaml", "configs/default.yaml", "  max_epochs: 10\n", "  max_epochs: 20\n"),  # a line kept
-    (  # next to a line the template changes
-        "configs/training/early_stopping.yaml",
-        "configs/training/early_stopping.yaml",
-        "        patience: 3\n",
-        "        patience: 5\n",
-    ),
-    ("configs/model/transformer.yaml", "configs/example/transformer.yaml", "        depth: 3\n", "        depth: 4\n"),
-    (  # a file the template changes elsewhere
-        f"{TASK}/classifier.py",
-        f"{TASK}/classifier.py",
+# The team's edits: (file, text, the team's text). The update keeps them.
+EDITS = [
+    ("configs/example/model.yaml", "        lr: 0.003\n", "        lr: 0.002\n"),  # a config value
+    (
+        f"src/{PACKAGE}/task/classifier.py",
         "        label_smoothing: float = 0.0,\n",
         "        label_smoothing: float = 0.1,\n",
     ),
-    (  # a kit file that moves
-        f"{KIT}/schedules.py",
-        f"{KIT}/parts/schedules.py",
-        "        start_factor: float = 0.01,\n",
-        "        start_factor: float = 0.1,\n",
-    ),
 ]
-# The team's edits of the example's model and data in configs/default.yaml, which the template moves out of it:
-# a conflict. Resolved as CHANGELOG.md says: the template's side in default.yaml, the values in configs/example/.
-CONFLICTING = [("        lr: 0.003\n", "        lr: 0.001\n"), ("    batch_size: 128\n", "    batch_size: 64\n")]
-RESOLUTION = [
-    ("configs/example/model.yaml", "        lr: 0.003\n", "        lr: 0.001\n"),
-    (
-        "configs/example/data.yaml",
-        f"data: {PACKAGE}.task.gratings.GratingsDataModule\n",
-        f"data: {{class_path: {PACKAGE}.task.gratings.GratingsDataModule, init_args: {{batch_size: 64}}}}\n",
-    ),
-]
-TINY_MLP = '''
-
-class TinyMLP(nn.Module):
-    """The team's baseline: one hidden layer on the flattened image."""
-
-    def __init__(
-        self, num_classes: int = 10, input_shape: tuple[int, int, int] = (1, 28, 28), hidden: int = 64
-    ) -> None:
-        super().__init__()
-        channels, height, width = input_shape
-        self.layers = nn.Sequential(
-            nn.Flatten(), nn.Linear(channels * height * width, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.layers(x)  # (B, num_classes)
-'''
-# Files the team adds. Its preset names the schedule by the kit module it used to live in.
-ADDED = {
-    "configs/team/mlp.yaml": f"""# The team's baseline network, with a longer warmup.
+PRESET = "configs/team/long_warmup.yaml"
+PRESET_TEXT = f"""# The team's schedule: a longer warmup, and early stopping on the best checkpoint's metric.
 model:
   init_args:
-    network:
-      class_path: {PACKAGE}.task.networks.TinyMLP
-      init_args:
-        hidden: 32
     scheduler:
-      class_path: {PACKAGE}.kit.schedules.WarmupCosine
+      class_path: {PACKAGE}.kit.WarmupCosine
       init_args:
-        warmup_fraction: 0.2
-run:
-  experiment: mlp
-""",
-    "tests/task/test_team.py": f'''"""The team's own test."""
-
-import torch
-from {PACKAGE}.task.networks import TinyMLP
-
-
-def test_tiny_mlp_gives_a_logit_per_class() -> None:
-    assert TinyMLP(3, (1, 8, 8), hidden=4)(torch.zeros(2, 1, 8, 8)).shape == (2, 3)
-''',
-}
-# The project's own tests after the update: the smoke slice, the team's test, and the edited presets built alone.
-PRESETS = ("default", "example/model", "example/data", "team/mlp", "training/early_stopping", "example/transformer")
-PROJECT_TESTS = (
-    *SMOKE_TESTS,
-    "tests/task/test_team.py",
-    *(f"tests/task/test_configs.py::test_preset_alone_instantiates_and_round_trips[{name}]" for name in PRESETS),
+        warmup_fraction: 0.25
+trainer:
+  callbacks+:
+    - class_path: {PACKAGE}.kit.EarlyStoppingOnBest
+      init_args:
+        patience: 5
+"""
+SMALL = ("-c", "configs/debug/tiny.yaml", "-c", "configs/example/small_data.yaml", "-c", PRESET)  # 2 epochs of 4 steps
+# SIGTERM as step 6 starts (mid-epoch 1, after epoch 0's validation): the step completes, last.ckpt is saved, exit 143.
+SIGTERM_AT_STEP_5 = "--trainer.callbacks+=" + json.dumps(
+    {"class_path": "faults.SignalAtStep", "init_args": {"step": 5, "signum": int(signal.SIGTERM), "hook": "start"}}
 )
-# What the update moves: files that land, and files and folders that go.
-LANDED = (
-    f"src/{PACKAGE}/cli.py",
-    f"{KIT}/command/cli.py",
-    f"{KIT}/entry.py",
-    f"{KIT}/parts/schedules.py",
-    f"{KIT}/safety/preemption.py",
-    "configs/example/model.yaml",
-    "configs/example/data.yaml",
-)
-GONE = ("bench", "docs/benchmarks.md", "tests/task/test_bench.py", f"{KIT}/cli.py", f"{KIT}/schedules.py")
-CONFLICT = re.compile(r"^<<<<<<< ours\n(.*?)^=======\n(.*?)^>>>>>>> theirs\n", re.MULTILINE | re.DOTALL)
+SEARCH = ("search", "-c", "configs/search/default.yaml", *SMALL)
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+METRIC = re.compile(r"^│\s*(val/\w+)\s*│\s*(\S+)\s*│$", re.MULTILINE)  # a line of Lightning's table of metrics
 
 
-def template_before(repo: Path) -> None:
-    """A git repository of the template as it was at ``BEFORE`` (this repository's history must hold it)."""
+def template_repository(repo: Path) -> str:
+    """A git repository of the template: ``BEFORE`` (from this repository's history), then this working tree on top.
+
+    Returns the first commit, which the project is made from; ``cruft update`` takes it to the second.
+    """
     if run(ROOT, "git", "cat-file", "-e", f"{BEFORE}^{{commit}}").returncode != 0:
         pytest.fail(f"the template's commit {BEFORE[:7]} is not in {ROOT}: the upgrade test needs its git history")
     repo.mkdir()
     git(repo, "init", "--quiet", "--initial-branch=main")
+    then = [name for name in TEMPLATE_FILES if git(ROOT, "ls-tree", "--name-only", BEFORE, name).strip()]
     archive = repo / "before.tar"
-    git(ROOT, "archive", f"--output={archive}", BEFORE, *TEMPLATE_FILES)
+    git(ROOT, "archive", f"--output={archive}", BEFORE, *then)
     assert run(repo, "tar", "-xf", str(archive)).returncode == 0
     archive.unlink()
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", f"--message=template at {BEFORE[:7]}")
+    first = git(repo, "rev-parse", "HEAD").strip()
+    copy_template(repo)
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", "--message=the kit becomes runkit")
+    return first
 
 
-def make_team_edits(project: Path) -> None:
-    for before, _, old, new in KEPT:
-        edit(project / before, old, new)
-    for old, new in CONFLICTING:
-        edit(project / "configs/default.yaml", old, new)
-    networks = project / TASK / "networks.py"
-    networks.write_text(networks.read_text(encoding="utf-8") + TINY_MLP, encoding="utf-8")
-    for name, text in ADDED.items():
-        (project / name).parent.mkdir(parents=True, exist_ok=True)
-        (project / name).write_text(text, encoding="utf-8")
+def make_project(template: Path, first: str, where: Path) -> Path:
+    """``cruft create`` from the template at ``first``; the project, a git repository with one commit."""
+    where.mkdir()
+    created = cruft(where, "create", str(template), "--checkout", first, "--no-input", "--extra-context",
+                    json.dumps(ANSWERS))  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    project = where / PROJECT
+    assert (project / KIT / "__init__.py").is_file()  # the layout before
+    git(project, "init", "--quiet", "--initial-branch=main")
+    commit_all(project, "baked")
+    return project
 
 
-def keep_the_templates_side(path: Path) -> str:
-    """Resolves each conflict in ``path`` with the template's side; returns the project's sides, joined."""
-    text = path.read_text(encoding="utf-8")
-    ours = "".join(match.group(1) for match in CONFLICT.finditer(text))
-    path.write_text(CONFLICT.sub(lambda match: match.group(2), text), encoding="utf-8")
-    return ours
+def commit_all(project: Path, message: str) -> None:
+    git(project, "add", "--all")
+    git(project, "commit", "--quiet", f"--message={message}")
 
 
-def changelog_command(name: str) -> str:
-    """The shell command of CHANGELOG.md's upgrade note that starts with ``name``."""
-    (command,) = re.findall(rf"```bash\n\s*({re.escape(name)}.*?)\n\s*```", (ROOT / "CHANGELOG.md").read_text(), re.S)
-    return re.sub(r"^   ", "", command, flags=re.MULTILINE)  # the block is indented in its list item
+def command(
+    project: Path, *args: str, path: Path | None = None, bytecode: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``python -m <package> *args`` in ``project`` (``path`` first on ``PYTHONPATH``); its output.
+
+    ``bytecode``: Python writes ``__pycache__`` folders, as on a team's machine (the tests' environment may not).
+    """
+    env = {key: value for key, value in os.environ.items() if not bytecode or key != "PYTHONDONTWRITEBYTECODE"}
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", PACKAGE, *args], cwd=project, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
-def expected_files(fresh: Path) -> dict[str, bytes]:
-    """The upgraded project's files: a fresh bake of the template with the team's edits, and the team's files."""
-    files = {
-        str(path.relative_to(fresh)): path.read_bytes()
-        for path in fresh.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and path.relative_to(fresh).parts[0] != ".git"
-    }  # the fresh bake's own repository (the post-generation hook's) is not among them
+def succeeds(done: subprocess.CompletedProcess[str], code: int = 0) -> str:
+    assert done.returncode == code, f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout + done.stderr
 
-    def edited(name: str, old: str, new: str) -> None:
-        text = files[name].decode()
-        assert text.count(old) == 1, f"{old!r} is not in the fresh {name} exactly once"
-        files[name] = text.replace(old, new).encode()
 
-    for _, after, old, new in KEPT:
-        edited(after, old, new)
-    for name, old, new in RESOLUTION:
-        edited(name, old, new)
-    files[f"{TASK}/networks.py"] += TINY_MLP.encode()
-    for name, text in ADDED.items():
-        files[name] = text.encode()
-    return files
+def metrics(output: str) -> dict[str, str]:
+    """The validation metrics a command printed, as printed (every digit)."""
+    return dict(METRIC.findall(output))
+
+
+def runs_table(project: Path) -> dict[str, list[str]]:
+    """``runs``' table: run name -> its status, epochs and steps."""
+    lines = succeeds(command(project, "runs")).splitlines()
+    assert lines[0].split()[:7] == ["EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST"]
+    return {line.split()[1]: line.split()[4:7] for line in lines[1:]}
+
+
+def study(project: Path) -> optuna.Study:
+    journal = project / "runs/debug/search/study.log"
+    return optuna.load_study(study_name="search", storage=JournalStorage(JournalFileBackend(str(journal))))
+
+
+def trials(project: Path) -> list[tuple[int, str, float | None, dict[str, Any]]]:
+    return [(t.number, t.state.name, t.value, t.params) for t in study(project).get_trials(deepcopy=False)]
+
+
+def documented_install() -> list[str]:
+    """CHANGELOG.md's command that installs the project again (the one command of the move), split."""
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    section = text[: text.index("\n## ", text.index("## The kit becomes the runkit library"))]
+    (line,) = re.findall(r"```bash\n\s*(pip install .*)\n\s*```", section)
+    return line.split()
+
+
+def assert_merged(project: Path) -> None:
+    """The update merged: no conflict, no `.rej` file, nothing untracked (what it changed is staged)."""
+    status = git(project, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert [line for line in status if line[:2] not in ("M ", "A ", "D ", " M")] == []
+    assert list(project.rglob("*.rej")) == []
+
+
+def assert_identical(ours: Any, theirs: Any, key: str) -> None:
+    if isinstance(ours, torch.Tensor):
+        assert isinstance(theirs, torch.Tensor), key
+        assert ours.dtype == theirs.dtype, key
+        assert torch.equal(ours, theirs), f"{key} differs"
+    elif isinstance(ours, dict):
+        assert isinstance(theirs, dict), key
+        assert ours.keys() == theirs.keys(), key
+        for name in ours:
+            assert_identical(ours[name], theirs[name], f"{key}.{name}")
+    elif isinstance(ours, (list, tuple)):
+        assert isinstance(theirs, (list, tuple)), key
+        assert len(ours) == len(theirs), key
+        for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_identical(a, b, f"{key}[{index}]")
+    else:
+        assert ours == theirs, f"{key}: {ours!r} != {theirs!r}"
 
 
 @pytest.mark.slow
-def test_a_project_from_before_the_regrouping_takes_it_with_cruft_update(tmp_path: Path) -> None:
+def test_a_vendored_project_moves_to_runkit_and_its_old_runs_keep_working(tmp_path: Path) -> None:
     template = tmp_path / "template"
-    template_before(template)
-    cruft_create(template, tmp_path, ANSWERS)
-    project = tmp_path / PROJECT
-    assert {name for name in GONE if (project / name).exists()} == set(GONE)  # the layout before
-    git(project, "init", "--quiet", "--initial-branch=main")
-    git(project, "add", "--all")
-    git(project, "commit", "--quiet", "--message=baked")
-    make_team_edits(project)
-    git(project, "add", "--all")
-    git(project, "commit", "--quiet", "--message=the team's edits")
-
-    copy_template(template)  # the template moves on to this working tree
-    git(template, "add", "--all")
-    git(template, "commit", "--quiet", "--message=the kit regrouped")
-    assert cruft(project, "check").returncode == 1
-
-    updated = cruft(project, "update", "--skip-apply-ask")
-    assert updated.returncode == 0, updated.stdout + updated.stderr
-    # The moved files land and the old ones go.
-    assert [name for name in LANDED if not (project / name).is_file()] == []
-    assert [name for name in GONE if (project / name).exists()] == []
-    # One conflict, as git's own: the team changed the model and data lines that the template moved out.
-    assert "Applied patch to 'configs/default.yaml' with conflicts." in updated.stderr
-    assert git(project, "diff", "--name-only", "--diff-filter=U").split() == ["configs/default.yaml"]
-    assert not list(project.rglob("*.rej"))
-    ours = keep_the_templates_side(project / "configs/default.yaml")
-    assert all(new in ours for _, new in CONFLICTING)
-    for name, old, new in RESOLUTION:
-        edit(project / name, old, new)
-    git(project, "add", "--all")
-    git(project, "commit", "--quiet", "--message=the template's update, the default run's values in configs/example")
-
-    # Every file is the new template's with the team's edits, and nothing else is left.
-    fresh = Path(cookiecutter(str(template), no_input=True, output_dir=str(tmp_path / "fresh"), extra_context=ANSWERS))
-    expected = expected_files(fresh)
-    tracked = set(git(project, "ls-files").splitlines()) - {".cruft.json"}
-    assert tracked == set(expected)
-    assert [name for name in sorted(expected) if (project / name).read_bytes() != expected[name]] == []
-    assert cruft(project, "check").returncode == 0
+    project = make_project(template, template_repository(template), tmp_path / "projects")
+    for name, old, new in EDITS:
+        text = (project / name).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} is not in {name} once"
+        (project / name).write_text(text.replace(old, new), encoding="utf-8")
+    (project / PRESET).parent.mkdir(parents=True)
+    (project / PRESET).write_text(PRESET_TEXT, encoding="utf-8")
+    commit_all(project, "the team's edits")
+    old_tests = tmp_path / "old-tests"  # the stopped run's config names faults.SignalAtStep: the update deletes it
+    old_tests.mkdir()
+    shutil.copy2(project / "tests/faults.py", old_tests)
 
     with install(project):
-        print_config = (sys.executable, "-m", PACKAGE, "fit", "--print_config", "-c", "configs/team/mlp.yaml")
-        stale = run(project, *print_config)
-        assert stale.returncode == 2
-        assert f"module '{PACKAGE}.kit' has no attribute 'schedules'" in stale.stderr
-        python_first = f"PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"  # `python` is this one
-        fixed = run(project, "bash", "-c", python_first + changelog_command("python - <<'EOF'"))
-        assert fixed.returncode == 0, fixed.stderr
-        assert fixed.stdout == "updated configs/team/mlp.yaml\n"
-        printed = run(project, *print_config)
-        assert printed.returncode == 0, printed.stderr
-        config = yaml.safe_load(printed.stdout)
-        model = config["model"]["init_args"]
-        assert config["trainer"]["max_epochs"] == 20
-        assert model["optimizer"]["init_args"]["lr"] == 0.001
-        assert config["data"]["init_args"]["batch_size"] == 64
-        assert model["label_smoothing"] == 0.1
-        assert model["network"]["class_path"] == f"{PACKAGE}.task.networks.TinyMLP"
-        assert model["network"]["init_args"]["hidden"] == 32
-        assert model["scheduler"]["class_path"] == f"{PACKAGE}.kit.WarmupCosine"
-        assert model["scheduler"]["init_args"]["warmup_fraction"] == 0.2
-        assert model["scheduler"]["init_args"]["start_factor"] == 0.1
-        assert_tests_pass(project, *PROJECT_TESTS)
+        # Runs made with the kit inside the project.
+        stopping = ("fit", *SMALL, "--run.name=stopped", SIGTERM_AT_STEP_5)
+        output = succeeds(command(project, *stopping, path=project / "tests", bytecode=True), 143)
+        assert "saved runs/debug/stopped/checkpoints/last.ckpt" in output
+        succeeds(command(project, "fit", *SMALL, "--run.name=straight", bytecode=True))
+        scoring = ("validate", "-c", "runs/debug/straight/config.yaml", "--ckpt_path", "best")
+        scored = metrics(succeeds(command(project, *scoring, bytecode=True)))
+        assert set(scored) == {"val/acc", "val/loss"}
+        assert f"{PACKAGE}.kit.WarmupCosine" in (project / "runs/debug/stopped/config.yaml").read_text()
+        succeeds(command(project, *SEARCH, "--trials", "2", bytecode=True))
+        searched = trials(project)
+        assert [(number, state) for number, state, _, _ in searched] == [(0, "COMPLETE"), (1, "COMPLETE")]
+        assert f"{PACKAGE}.kit.WarmupCosine" in (project / "runs/debug/search/base.yaml").read_text()
+
+        # The move: cruft update, then the one documented command.
+        assert cruft(project, "check").returncode == 1
+        updated = cruft(project, "update", "--skip-apply-ask")
+        assert updated.returncode == 0, updated.stdout + updated.stderr
+        assert_merged(project)
+        assert not (project / KIT / "__init__.py").exists()
+        assert not (project / "tests/faults.py").exists()
+        assert list((project / KIT).rglob("*.py")) == []
+        assert list((project / KIT).rglob("*.pyc")) != []  # the deleted kit's bytecode is left (ignored by git)
+        for name, _, new in EDITS:
+            assert new in (project / name).read_text(encoding="utf-8"), f"the team's edit of {name} is lost"
+        assert (project / PRESET).read_text(encoding="utf-8") == PRESET_TEXT
+        assert "class_path: runkit.WarmupCosine" in (project / "configs/example/model.yaml").read_text()
+        commit_all(project, "the template's update: runkit")
+        assert cruft(project, "check").returncode == 0
+        installed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                *documented_install(),
+                "--no-deps",
+                "--no-build-isolation",
+                "--ignore-requires-python",
+            ],
+            cwd=project,
+            capture_output=True,
+            text=True,
+        )  # --no-deps: this environment has runkit already, installed from this working tree
+        assert installed.returncode == 0, installed.stderr
+        importlib.invalidate_caches()
+        requires = importlib.metadata.requires(PROJECT) or []
+        assert [line for line in requires if line.startswith("runkit")] != []
+
+        # The runs made before, with runkit.
+        assert runs_table(project) == {"stopped": ["preempted", "1", "6"], "straight": ["finished", "2", "8"]}
+        output = succeeds(command(project, "validate", "--ckpt_path", "best"))
+        assert "the newest run with a best.ckpt is runs/debug/straight" in output
+        assert metrics(output) == scored  # the same numbers, to the last digit printed
+        resumed = command(project, "fit", "-c", "runs/debug/stopped/config.yaml", "--ckpt_path", "last", path=old_tests)
+        assert "resumed from runs/debug/stopped/checkpoints/last.ckpt" in succeeds(resumed)
+        ours = torch.load(project / "runs/debug/stopped/checkpoints/last.ckpt", weights_only=True)
+        reference = torch.load(project / "runs/debug/straight/checkpoints/last.ckpt", weights_only=True)
+        for key in EXACT:
+            assert_identical(ours[key], reference[key], key)
+        assert runs_table(project) == {"stopped": ["finished", "2", "8"], "straight": ["finished", "2", "8"]}
+        output = succeeds(command(project, *SEARCH, "--trials", "3"))
+        assert "3/3 done" in output
+        continued = trials(project)
+        assert continued[:2] == searched
+        assert [(number, state) for number, state, _, _ in continued[2:]] == [(2, "COMPLETE")]
+        mark = (project / "runs/debug/search/trial-002/study.yaml").read_text()
+        assert mark.endswith(f"study: {study(project).user_attrs['uid']}\n")
+        assert "runkit.WarmupCosine" in (project / "runs/debug/search/base.yaml").read_text()
+        assert ".kit." not in (project / "runs/debug/search/best.yaml").read_text()
+
+        assert_tests_pass(project, *SMOKE_TESTS)
+
+
+@pytest.mark.slow
+def test_an_edited_kit_file_is_carried_over_and_deleted_before_the_update(tmp_path: Path) -> None:
+    """CHANGELOG.md: an edit in a file the update deletes turns the whole update into `.rej` files; the team's
+    deletion first, as it says, lets cruft update cleanly."""
+    template = tmp_path / "template"
+    first = template_repository(template)
+    for way in ("as it is", "deleted first"):
+        project = make_project(template, first, tmp_path / way)
+        schedules = project / KIT / "parts/schedules.py"
+        schedules.write_text(schedules.read_text().replace("start_factor: float = 0.01", "start_factor: float = 0.1"))
+        edit = project / EDITS[0][0]  # an edit near a line the update changes
+        edit.write_text(edit.read_text().replace(EDITS[0][1], EDITS[0][2]))
+        commit_all(project, "the team's edits")
+        if way == "deleted first":
+            git(project, "rm", "-r", "--quiet", KIT)
+            git(project, "commit", "--quiet", "--message=the kit's edit carried over: its files deleted")
+        updated = cruft(project, "update", "--skip-apply-ask")
+        assert updated.returncode == 0, updated.stderr
+        rejected = sorted(str(path.relative_to(project)) for path in project.rglob("*.rej"))
+        if way == "as it is":
+            assert rejected == ["configs/example/model.yaml.rej"]
+            assert schedules.is_file()
+        else:
+            assert rejected == []
+            assert_merged(project)
+            assert not (project / KIT).exists()
+            assert EDITS[0][2] in edit.read_text()
