@@ -123,7 +123,7 @@ def test_a_run_with_a_malformed_record_is_skipped_by_runs_and_by_best_and_last(
     assert "broken" not in runs.format_runs(Path("runs"))
     for alias in ("best", "last"):
         validated = run_cli("validate", f"--ckpt_path={alias}", "--trainer.limit_val_batches=1")
-        assert validated.trainer.default_root_dir == str(good)
+        assert Path(validated.trainer.default_root_dir).resolve() == good.resolve()
 
 
 def test_a_drawn_seed_is_random_and_shared_by_the_processes_of_one_job(monkeypatch: pytest.MonkeyPatch) -> None:

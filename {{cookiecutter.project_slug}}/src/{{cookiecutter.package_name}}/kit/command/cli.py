@@ -88,16 +88,16 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        given = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else [repr(args)]
-        self.command = [PACKAGE, *map(str, given)]  # recorded in the run's provenance
-        if problem := refused_config_files(self.project.default_config_files(given)):
+        words = [str(a) for a in (sys.argv[1:] if args is None else args if isinstance(args, list | tuple) else [args])]
+        self.command = [PACKAGE, *words]  # recorded in the run's provenance
+        if problem := refused_config_files(self.project.default_config_files(words)):
             parser.error(problem)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
-        words = [str(arg) for arg in given]
         if (found := with_newest_run_config(parser, subcommand, config, words)) is not None:
-            self.config, config = found, found[subcommand]
+            self.config, words = found
+            config = self.config[subcommand]
         if problem := refused_parse(config) or follow_the_folder(config, words):
             parser.error(problem)
         if config.get("seed_everything") is True:  # Lightning 2.6 seeds 0 for `true` (see drawn_seed)

@@ -89,13 +89,16 @@ def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str
     return max(having, key=lambda run: (run / FILE).stat().st_mtime) if having else None
 
 
-def with_newest_run_config(parser: Any, subcommand: str | None, config: Any, args: Sequence[str]) -> Any | None:
-    """The command parsed again with the newest run's config first, where ``newest_evaluated_run`` finds one (one
-    line says which run); ``None`` otherwise."""
+def with_newest_run_config(
+    parser: Any, subcommand: str | None, config: Any, args: Sequence[str]
+) -> tuple[Any, list[str]] | None:
+    """The command's arguments with the newest run's config first, and them parsed, where ``newest_evaluated_run``
+    finds one (one line says which run); ``None`` otherwise."""
     if (run := newest_evaluated_run(subcommand, config, args)) is None:
         return None
     rank_zero_info(f"{subcommand}: the newest run with a {config.ckpt_path}.ckpt is {run}: its config.yaml first")
-    return parser.parse_args(with_config_first(args, str(subcommand), run / CONFIG))
+    args = with_config_first(args, str(subcommand), run / CONFIG)
+    return parser.parse_args(args), args
 
 
 def with_config_first(args: Sequence[str], subcommand: str, path: Path) -> list[str]:
