@@ -8,10 +8,10 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test test-faults test-stacks lint bench clean
+.PHONY: help setup main test test-faults test-stacks test-installs lint bench clean
 
 help: ## Show the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 # The MLflow tracking server runkit's trackers' tests start runs from an environment of its own (~1 min to build):
 # the `mlflow` server package, whose pandas, numpy and aiohttp stay out of .venv (mlflow-server.txt says why).
@@ -53,6 +53,11 @@ test-faults: setup ## Run runkit's long tests, marked faults, that `make test` l
 
 test-stacks: setup ## Run the default project's suite on the lowest and the newest stack it declares (stacks-results.txt).
 	$(BIN)/python scripts/test_stacks.py --python $(PYTHON) $(ARGS)
+
+# Long (three fresh venvs with torch's CPU wheel, three whole suites: ~12 min on 2 cores) and apart from `make test`:
+# run it when moving how projects require runkit (local_extensions.py) or how it is built. ARGS: e.g. --only '[index]'
+test-installs: setup ## Install a project each way it gets runkit (index, git tag, checkout), run its tests (installs-results.txt).
+	$(BIN)/python scripts/test_installs.py --python $(PYTHON) $(ARGS)
 
 bench: setup ## Measure runkit in a baked default project (runkit/docs/benchmarks.md); ARGS: e.g. --only '[overhead]'
 	rm -rf $(PROJECT)

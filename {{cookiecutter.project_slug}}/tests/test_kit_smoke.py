@@ -58,7 +58,8 @@ def test_fit_a_group_sigterm_the_resume_and_validate_with_the_installed_kit(tmp_
     assert [session["status"] for session in sessions] == ["preempted", "finished"]
     validated = command(tmp_path, "validate", f"--config={run / 'config.yaml'}", "--ckpt_path=best")
     assert validated.returncode == 0, validated.stderr[-3000:]
-    assert re.search(r"val/acc\s+│\s+0\.\d+", validated.stdout), validated.stdout[-2000:]
+    # Lightning's table has rich's borders where rich is installed (no extra of this project brings it), none without.
+    assert re.search(r"val/acc\s+(?:│\s+)?0\.\d+", validated.stdout), validated.stdout[-2000:]
 
 
 def test_the_installed_runkit_is_one_this_project_admits() -> None:
