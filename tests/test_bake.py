@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import TEMPLATE
+from conftest import TEMPLATE, bake
 
 EXPECTED_FILES = {
     ".github/workflows/ci.yml",
@@ -143,6 +143,29 @@ def test_no_jinja_left_and_ruff_clean(baked: Callable[..., Path], answers: dict[
     for args in (["check", "."], ["format", "--check", "."]):
         result = ruff(project, *args)
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def class_paths(project: Path) -> dict[str, list[str]]:
+    """Every ``class_path`` each config of ``project`` names, by the config's path under ``configs/``."""
+    return {
+        str(path.relative_to(project / "configs")): re.findall(r"class_path:\s*(\S+)", path.read_text(encoding="utf-8"))
+        for path in sorted((project / "configs").rglob("*.yaml"))
+    }
+
+
+def test_two_projects_name_runkits_classes_alike(baked: Callable[..., Path], tmp_path: Path) -> None:
+    # Configs, search results and checkpoints' hyperparameters travel between projects: runkit's classes are
+    # runkit.X in every one; only the example's own classes carry the package's name.
+    first, second = baked(), bake(tmp_path / "other", project_name="Other Thing")
+    paths = {
+        package: class_paths(project) for package, project in (("image_classifier", first), ("other_thing", second))
+    }
+    assert paths["image_classifier"].keys() == paths["other_thing"].keys()
+    for config, named in paths["image_classifier"].items():
+        assert [p.replace("image_classifier.", "other_thing.") for p in named] == paths["other_thing"][config], config
+    kit = {p for named in paths["other_thing"].values() for p in named if not p.startswith("other_thing.")}
+    assert {"runkit.WarmupCosine", "runkit.EarlyStoppingOnBest", "runkit.PredictionWriter"} <= kit
+    assert not [p for p in kit if ".kit." in p]
 
 
 def test_answers_reach_the_project(baked: Callable[..., Path]) -> None:

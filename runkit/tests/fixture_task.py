@@ -186,17 +186,8 @@ class CollectiveRegressor(SequenceRegressor):
     ``MetricCollection`` updated every step, computed (an all-gather under DDP) and logged with ``sync_dist=True`` in
     ``on_train_epoch_end``; the loss is logged per epoch with ``sync_dist=True`` too (an all-reduce when read)."""
 
-    def __init__(
-        self,
-        input_shape: tuple[int, ...] = (16,),
-        hidden: int = 32,
-        dropout: float = 0.1,
-        lr: float = 0.01,
-        optimizer: Literal["adamw", "sgd"] = "adamw",
-        schedule: Literal["onecycle", "plateau", "step"] = "onecycle",
-    ) -> None:
-        """Builds the model; the arguments are ``SequenceRegressor``'s."""
-        super().__init__(input_shape, hidden, dropout, lr, optimizer, schedule)
+    def configure_model(self) -> None:
+        # Here, not in __init__: the constructor and its hyperparameters stay SequenceRegressor's.
         self.train_metrics = MetricCollection({"mse": MeanSquaredError(), "mae": MeanAbsoluteError()}, prefix="train/")
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
