@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cookiecutter.main import cookiecutter
+from runkit.testing.fixtures import as_from_a_terminal
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
@@ -35,6 +36,10 @@ GIT_ENVIRONMENT = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    as_from_a_terminal()  # a `make test &` ignores SIGINT: the suites it runs would inherit that
 
 
 LONG = ("test_runkit_passes_its_whole_suite", "test_default_project_passes_its_whole_suite")
@@ -139,13 +144,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
         yield lambda **answers: stack.enter_context(install(bake(tmp_path_factory.mktemp("bake"), **answers)))
 
 
-# A quick slice of a generated suite: the default config builds, and fit + validate run through the installed
-# console script. For extra bakes whose whole suite would not fit the CI budget (test_generated.py runs it on
-# the default bake; the code of every bake is the same, only metadata differs).
+# A quick slice of a generated suite: the default config builds, and the installed runkit is one the project
+# admits. For extra bakes whose whole suite would not fit the CI budget (test_generated.py runs it on the default
+# bake, the kit's smoke test of fit, a SIGTERM, the resume and validate through the console script among it, and on
+# a non-default bake SMOKE_RUN too; the code of every bake is the same, only metadata differs).
 SMOKE_TESTS = (
     "tests/task/test_configs.py::test_no_config_builds_the_default_run",
-    "tests/test_kit_smoke.py",
+    "tests/test_kit_smoke.py::test_the_installed_runkit_is_one_this_project_admits",
 )
+SMOKE_RUN = "tests/test_kit_smoke.py::test_fit_a_group_sigterm_the_resume_and_validate_with_the_installed_kit"
 
 
 def assert_tests_pass(project: Path, *pytest_args: str) -> None:

@@ -56,7 +56,7 @@ def test_a_project_is_a_repository_of_its_files_in_one_commit_by_the_answers_aut
     ada = "Ada Lovelace <ada@example.org>"
     assert log(project) == [f"{ada} | {ada} | HEAD -> main | Generate Crack Finder"]
     assert tracked(project) == files_of(project)
-    assert len(files_of(project)) > 200
+    assert len(files_of(project)) > 60
     assert git(project, "status", "--porcelain") == ""  # what a run records: the commit, not dirty
 
 
@@ -85,7 +85,7 @@ def test_generation_goes_on_with_one_line_without_git(tmp_path: Path, case: str)
     assert warnings == [f"warning: {reason}: the project is no git repository (`git init` makes it one)"]
     project = tmp_path / "out" / "image-classifier"
     assert not (project / ".git").exists()  # no half-made repository
-    assert len(files_of(project)) > 200
+    assert len(files_of(project)) > 60
 
 
 @pytest.mark.usefixtures("git_config")

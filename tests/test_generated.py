@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SMOKE_TESTS, assert_tests_pass
+from conftest import SMOKE_RUN, SMOKE_TESTS, assert_tests_pass
 
 
 @pytest.mark.slow
@@ -19,4 +19,4 @@ def test_non_default_project_passes_its_smoke_slice(installed: Callable[..., Pat
     # The code is the same as the default bake's, whose whole suite runs above: the slice shows a non-ASCII
     # name, another license and Python reach a working package, within CI's time budget.
     project = installed(project_name="Über Vision 2", license="BSD-3-Clause", python_version="3.11")
-    assert_tests_pass(project, *SMOKE_TESTS)
+    assert_tests_pass(project, *SMOKE_TESTS, SMOKE_RUN)  # its console script trains, stops, resumes, validates

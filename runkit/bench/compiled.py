@@ -100,7 +100,9 @@ def worker(steps: int = 30, backend: str = "inductor", profile_steps: int = 0) -
 def spawn(steps: int, backend: str, cache_dir: str) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir, "PYTHONWARNINGS": "ignore"}
     args = [sys.executable, __file__, f"--steps={steps}", f"--backend={backend}"]
-    done = subprocess.run(args, check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    if done.returncode != 0:  # say why: its output is captured
+        raise RuntimeError(f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -9,6 +9,7 @@ with ``--faults`` (``make test-faults``). Tests marked ``gpu`` need a CUDA GPU: 
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,18 @@ import pytest
 import torch
 
 
+def as_from_a_terminal() -> None:
+    """Takes SIGINT and SIGHUP back where this process started with them ignored (``make test &`` in a script,
+    ``nohup make test``): runkit keeps a signal that was ignored at start ignored, and the processes a test starts
+    inherit that, so the tests that send them would see nothing happen. The tests run as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    as_from_a_terminal()
     for marker in (
         "slow: multi-process, compiled or long runs (CI runs them too)",
         "faults: long tests `make test` leaves out (run them with --faults: make test-faults)",
