@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+BENCH_ANSWERS = {"project_name": "Bench Rig"}
+"""A package of its own: the default bake's (image_classifier) is installed and removed by other tests meanwhile."""
+
 PATIENCE = 3600
 """Seconds to wait for a benchmark script to end (the tiny run of them all: about 3 min on 2 idle cores): far more than
 a machine 10x slower needs, within CI's 90 min. Giving up names what was running and prints its threads' stacks."""
@@ -44,7 +47,7 @@ def run_to_the_end(args: list[str], env: dict[str, str], cwd: Path) -> str:
 
 @pytest.mark.slow
 def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed(**BENCH_ANSWERS))}
     args = [sys.executable, str(ROOT / "runkit" / "bench" / "run.py"), "--tiny=true"]
     table = run_to_the_end(args, env, tmp_path)
     for comparison in (
@@ -63,10 +66,10 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
         "Checkpoint digest: check on load, pages dropped first",
         "Tracker cost per step: csv",
         "Tracker cost per step: mlflow (local file store)",
-        "Start-up, image_classifier fit --help",
+        "Start-up, bench_rig fit --help",
         "Growth: default run's step, batch 32",
         "Growth: default run's step, width [64, 128]",
-        "Growth: `image_classifier runs` over 10 runs",
+        "Growth: `bench_rig runs` over 10 runs",
     ):
         assert f"| {comparison}" in table
     assert "CUDA Transformer" in table  # measured on a GPU, else listed as skipped
@@ -79,7 +82,7 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
 def test_overhead_profile_lists_where_fit_spends_more_than_the_loop(
     installed: Callable[..., Path], tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed())}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed(**BENCH_ANSWERS))}
     args = [
         sys.executable,
         str(ROOT / "runkit" / "bench" / "overhead_profile.py"),
