@@ -23,7 +23,7 @@ def _fixture_task() -> Iterator[None]:
     Module-scoped, so that module-scoped fixtures (a shared trained run) see it too.
     """
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
+        patch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(FIXTURE_CONFIG))
         yield
 
 

@@ -55,7 +55,7 @@ def test_agnostic_preset_fits_code_that_is_not_the_example(
     task: str,
 ) -> None:
     if task == "BoringModel":  # the Trainer settings of the kit's tests only: no metric of the fixture's named
-        monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
+        monkeypatch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
     if preset == "precision/fp16" and not torch.cuda.is_available():
         pytest.skip("fp16 runs as bf16 on a CPU, with a warning: precision/bf16 covers it")
     args = ["fit", f"--config={CONFIGS / preset}.yaml", *FEW_STEPS, *(BORING if task != "fixture" else [])]

@@ -414,5 +414,5 @@ def test_a_broken_default_config_is_named(
     cli: ModuleType, run_cli: RunCli, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Path("default.yaml").write_text("trainer:\n  max_epochs: 2\n model: x\n")
-    monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, "default.yaml")
+    monkeypatch.setenv(submodule("project").DEFAULT_CONFIG_ENV, "default.yaml")
     assert "config default.yaml, line 3, column" in refused_cli(run_cli, capsys, "fit")

@@ -184,7 +184,7 @@ def test_the_lr_key_is_found_in_the_config_or_must_be_named() -> None:
 def test_the_finders_on_a_module_that_brings_its_own_loaders(
     cli: ModuleType, in_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
+    monkeypatch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
     own = ["--model=foreign.BringsItsOwn", "--data=null", "--optimizer=torch.optim.Adam", "--optimizer.lr=0.01"]
     line = refused(capsys, lambda: cli.main(["batch_size_find", *own]))
     assert line == "error: batch_size_find scales a datamodule's batch size, and this command has none (--data null)"

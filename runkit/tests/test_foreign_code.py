@@ -78,7 +78,7 @@ CORPUS = " ".join(f"w{i % 30}" for i in range(4000))  # 30 words: within the mod
 @pytest.fixture(autouse=True)
 def _no_task_config(monkeypatch: pytest.MonkeyPatch, in_tmp: Path) -> None:
     """Commands start from the Trainer settings of the kit's tests only: no model, data or metric of theirs."""
-    monkeypatch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
+    monkeypatch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
     (in_tmp / "data").mkdir()
     (in_tmp / "data" / "wikitext-2.txt").write_text(CORPUS)
 

@@ -99,6 +99,27 @@ def test_no_import_runs_in_a_circle() -> None:
     assert circles == []
 
 
+BELOW = {  # a package, and the kit's packages it must never import: each reads without the ones above it
+    "runkit.safety": ("runkit.run", "runkit.trackers", "runkit.command", "runkit.search"),
+    "runkit.run": ("runkit.trackers", "runkit.command", "runkit.search"),
+    "runkit.trackers": ("runkit.command", "runkit.search"),
+}
+
+
+def test_the_run_and_the_trackers_never_import_the_command_line() -> None:
+    graph = import_graph()
+    assert {"runkit.run.session", "runkit.trackers.placement", "runkit.command.cli"} <= set(graph)
+    upward = {
+        f"{name} -> {module}"
+        for name, modules in graph.items()
+        for package, above in BELOW.items()
+        if name.startswith(f"{package}.")
+        for module in modules
+        if module.startswith(above)
+    }
+    assert upward == set()
+
+
 def test_no_file_outgrows_one_idea() -> None:
     lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in SOURCE.rglob("*.py")}
     assert {path: n for path, n in lengths.items() if n > MOST_LINES} == {}

@@ -16,8 +16,9 @@ import torch
 import yaml
 from support import refused, run_dir_flags, submodule
 
-provenance = submodule("command.provenance")
-records = submodule("command.records")
+provenance = submodule("run.provenance")
+facts = submodule("run.facts")
+records = submodule("run.records")
 RUN = Path("runs/fixture/traced")
 
 
@@ -103,7 +104,7 @@ def test_a_malformed_record_is_named_and_never_crashes_runs_or_a_resume(
     _, broken = broken_run
     record = broken / "provenance.yaml"
     record.write_text(content)
-    runs = submodule("command.runs")
+    runs = submodule("run.folders")
     runs.format_runs(Path("runs"))  # was: AttributeError: 'str' object has no attribute 'get'
     err = capsys.readouterr().err
     assert f"warning: {record}: not a provenance record ({reason}); skipped" in err
@@ -119,7 +120,7 @@ def test_a_run_with_a_malformed_record_is_skipped_by_runs_and_by_best_and_last(
 ) -> None:
     good, broken = broken_run
     (broken / "provenance.yaml").write_text(MALFORMED[0][0])
-    runs = submodule("command.runs")
+    runs = submodule("run.folders")
     assert "broken" not in runs.format_runs(Path("runs"))
     for alias in ("best", "last"):
         validated = run_cli("validate", f"--ckpt_path={alias}", "--trainer.limit_val_batches=1")
@@ -127,14 +128,14 @@ def test_a_run_with_a_malformed_record_is_skipped_by_runs_and_by_best_and_last(
 
 
 def test_a_drawn_seed_is_random_and_shared_by_the_processes_of_one_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("PL_GLOBAL_SEED", *provenance.JOB_IDS):
+    for name in ("PL_GLOBAL_SEED", *facts.JOB_IDS):
         monkeypatch.delenv(name, raising=False)
-    assert len({provenance.drawn_seed() for _ in range(4)}) == 4  # Lightning 2.6 seeds 0 for `true`, every time
+    assert len({facts.drawn_seed() for _ in range(4)}) == 4  # Lightning 2.6 seeds 0 for `true`, every time
     monkeypatch.setenv("PL_GLOBAL_SEED", "123")  # what Lightning's launcher gives the processes it starts
-    assert provenance.drawn_seed() == 123
+    assert facts.drawn_seed() == 123
     monkeypatch.delenv("PL_GLOBAL_SEED")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")  # processes started by the scheduler: each draws the same
-    assert provenance.drawn_seed() == provenance.drawn_seed() < 2**32
+    assert facts.drawn_seed() == facts.drawn_seed() < 2**32
 
 
 def test_seed_everything_true_draws_a_seed_and_records_it(
@@ -155,7 +156,7 @@ def test_seed_everything_true_draws_a_seed_and_records_it(
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None:
-    assert provenance.git_state(tmp_path) is None  # not a repository
+    assert facts.git_state(tmp_path) is None  # not a repository
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "t",
@@ -171,11 +172,11 @@ def test_git_commit_dirty_flag_and_diff_of_tracked_files(tmp_path: Path) -> None
     (tmp_path / "train.py").write_text("lr = 0.1\n")
     git("add", "train.py")
     git("commit", "-qm", "first")
-    clean = provenance.git_state(tmp_path)
+    clean = facts.git_state(tmp_path)
     assert clean == {"commit": git("rev-parse", "HEAD").strip(), "dirty": False, "diff": ""}
     (tmp_path / "train.py").write_text("lr = 0.2\n")
     (tmp_path / "untracked.py").write_text("x = 1\n")
-    dirty = provenance.git_state(tmp_path / ".")
+    dirty = facts.git_state(tmp_path / ".")
     assert dirty["dirty"]
     assert dirty["commit"] == clean["commit"]
     assert "-lr = 0.1\n+lr = 0.2" in dirty["diff"]

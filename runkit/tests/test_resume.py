@@ -46,7 +46,7 @@ def position(checkpoint: dict[str, Any]) -> list[dict[str, int]]:
 def straight(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The final checkpoint of the run that is never interrupted (no workers)."""
     with pytest.MonkeyPatch.context() as patch:  # module scope: the autouse fixture has not run yet
-        patch.setenv(submodule("command.project").DEFAULT_CONFIG_ENV, str(TESTS / "fixture.yaml"))
+        patch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(TESTS / "fixture.yaml"))
         patch.chdir(tmp_path_factory.mktemp("straight"))
         checkpoint = fit_in_process(cli, Path("runs/fixture/straight"), "--data.init_args.num_workers=0")
     assert checkpoint["global_step"] == 32

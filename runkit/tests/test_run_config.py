@@ -1,5 +1,5 @@
 """A run's own config.yaml names the run by the folder it is in; an evaluation of ``best``/``last`` with no run named
-reads the newest run's config, in any experiment (``kit/command/run_config.py``)."""
+reads the newest run's config, in any experiment (``run/config.py``)."""
 
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def test_two_resumes_of_one_run_one_is_refused_and_a_dead_holder_is_taken_over(
 
 
 def test_a_lock_held_on_another_host_is_taken_over_once_it_stops_being_refreshed(tmp_path: Path) -> None:
-    run_lock = __import__("runkit.command.run_lock", fromlist=["RunLock"])
+    run_lock = __import__("runkit.run.lock", fromlist=["RunLock"])
     lock_file = tmp_path / ".lock"
     lock_file.write_text(yaml.safe_dump({"host": "elsewhere", "pid": 1, "since": "then"}))
     with pytest.raises(run_lock.RunLockedError, match="is being written by process 1 on elsewhere"):

@@ -20,8 +20,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from runkit.testing.faults import fault
 
-runs = submodule("command.runs")
-run_logger = submodule("command.run_logger")
+runs = submodule("run.folders")
+run_logger = submodule("run.logger")
 LIMITS = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 4 steps an epoch
 SHORT = ["--trainer.max_epochs=1", *LIMITS]
 EXPERIMENT = Path("runs/fixture")

@@ -231,7 +231,7 @@ def test_a_study_started_before_trial_folders_were_marked_keeps_its_own(in_tmp: 
     earlier.tell(earlier.ask(), 1.0)
     (SEARCH / "trial-000").mkdir()
     settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {"sampler": None, "pruner": None}}
-    settings["project"] = submodule("command.project").Project()
+    settings["project"] = submodule("project").Project()
     plan = worker.Plan("search", None, SEARCH, SEARCH / "base.yaml", (), "val/loss", "minimize", 2, **settings)
     _, _, plan = start.start_study(plan, "trainer: {}\n")
     assert plan.study_uid == load_study().user_attrs["uid"]

@@ -14,7 +14,7 @@ import yaml
 from support import refused, submodule
 from tracker_setup import EXPERIMENT, LIMITS, clear_tracker_environment, forget_w_and_b, needs, tracker_flags
 
-checks = submodule("trackers.checks")
+checks = submodule("command.tracker_checks")
 
 
 @pytest.fixture(autouse=True)

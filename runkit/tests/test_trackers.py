@@ -38,7 +38,7 @@ from tracker_setup import (
 
 from runkit.testing.faults import fault
 
-checks = submodule("trackers.checks")
+checks = submodule("command.tracker_checks")
 placement = submodule("trackers.placement")
 
 

@@ -19,8 +19,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _PUBLIC = {
-    "Project": "command.project",
-    "configs_near": "command.project",
+    "Project": "project",
+    "configs_near": "project",
     "main": "entry",
     "build_cli": "entry",
     "BestCheckpoint": "safety.checkpoints",
@@ -68,7 +68,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .command.project import Project, configs_near
     from .entry import build_cli, main
     from .observe.profiling import Profiler
     from .parts.compiled import compile_in_place, keep_step_kinds, with_fast_step
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
     from .parts.optimization import check_optimization, configure_optimization
     from .parts.schedules import ScheduleCallable, WarmupCosine
     from .parts.step_logging import logging_step
+    from .project import Project, configs_near
     from .safety.checkpoint_io import atomic_save
     from .safety.checkpoints import BestCheckpoint
     from .safety.data_checks import InvalidDataError, check_samples

@@ -35,9 +35,9 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser
 
-from ..safety.checkpoints import read_checkpoint
-from ..safety.data_checks import InvalidDataError
-from ..text import plain
+from .safety.checkpoints import read_checkpoint
+from .safety.data_checks import InvalidDataError
+from .text import plain
 
 
 class BadInputError(ValueError):

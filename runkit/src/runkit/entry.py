@@ -10,7 +10,7 @@ Exit codes, each failure with one ``error:`` line:
 - 1: training stopped: bad data, non-finite numbers, or a checkpoint that cannot be written (what was saved before
   is intact).
 - 2: bad input: command line, config file, a value a class refuses, a task missing a method the subcommand needs,
-  a checkpoint that cannot be used. Nothing is written (see ``command/bad_input.py``).
+  a checkpoint that cannot be used. Nothing is written (see ``bad_input.py``).
 - 129, 130, 138, 143: stopped by SIGHUP, Ctrl-C, SIGUSR1 or SIGTERM (``safety/signals.py``); ``fit`` saved
   ``last.ckpt``: rerun with ``--ckpt_path last``.
 """
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .command.project import DEFAULT_CONFIG_ENV, Project, make_current
 from .legacy import alias_old_kit
+from .project import DEFAULT_CONFIG_ENV, Project, make_current
 
 if TYPE_CHECKING:
     from .command.cli import ProjectCLI
@@ -46,7 +46,7 @@ def main(args: Sequence[Any] | None = None, project: Project | None = None) -> N
     if argv[:1] == ["runs"]:
         from jsonargparse import auto_cli
 
-        from .command.runs import list_runs
+        from .run.folders import list_runs
 
         auto_cli(list_runs, args=argv[1:], prog=f"{project.program} runs")
         return

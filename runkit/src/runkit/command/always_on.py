@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.plugins.io import CheckpointIO
 
+from ..bad_input import SetupPhase
 from ..observe.memory import MemoryBudget
 from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from ..observe.progress import EpochLine
@@ -23,7 +24,6 @@ from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
 from ..trackers.tracked_run import TrackedRun
-from .bad_input import SetupPhase
 from .task_checks import StartCheck
 from .worker_count import check_workers
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from .resume_keys import flat
+from ..run.resume_keys import flat
 
 
 def replaced_settings(given: Any, loaded: Any, defaults: Any, skip: Iterable[str] = ()) -> list[str]:

@@ -19,14 +19,7 @@ import yaml
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..lightning_internals import CLIInternals, FitKeepsItsModel, resolved_ckpt_path
-from ..observe.first_screen import quiet_lightning
-from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
-from ..safety.lost_process import exit_if_lost
-from ..safety.signals import STOP
-from ..trackers.checks import check_trackers, resolve_trackers
-from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
-from .bad_input import (
+from ..bad_input import (
     BadInputError,
     RunFiles,
     SetupPhase,
@@ -34,15 +27,23 @@ from .bad_input import (
     innermost_cause,
     refused_parse,
 )
+from ..lightning_internals import CLIInternals, FitKeepsItsModel, resolved_ckpt_path
+from ..observe.first_screen import quiet_lightning
+from ..project import Project, drop_unlanded_links
+from ..run.config import follow_the_folder, with_newest_run_config
+from ..run.facts import drawn_seed
+from ..run.folders import RunDirectory
+from ..run.session import RunSession
+from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
+from ..safety.lost_process import exit_if_lost
+from ..safety.signals import STOP
+from ..trackers.placement import for_session
+from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .checkpoint_model import SaysReplacedModel
 from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
-from .project import Project, drop_unlanded_links
-from .provenance import drawn_seed
-from .run_config import follow_the_folder, with_newest_run_config
-from .runs import RunDirectory
-from .session import RunSession
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
+from .tracker_checks import check_trackers, resolve_trackers
 from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
 
 
@@ -161,7 +162,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         parser, parsed = self.subcommand_parser(self.subcommand), self.config.get(str(self.subcommand), self.config)
         callbacks = session.save_config(parser, parsed) if self.subcommand else []
         kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
-        kwargs["logger"] = session.loggers(self.config_value(self.config, "trainer")["logger"], config["logger"])
+        kwargs["logger"] = for_session(session, self.config_value(self.config, "trainer")["logger"], config["logger"])
         kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
         callbacks += as_list(self.config_value(self.config_init, "best_checkpoint"))  # none: `best_checkpoint: null`
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]

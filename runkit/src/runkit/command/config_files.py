@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 from jsonargparse import ActionConfigFile, Namespace
 
+from ..project import DEFAULT_CONFIG_ENV
 from ..text import plain
-from .project import DEFAULT_CONFIG_ENV
 
 
 def refused_config_files(paths: Iterable[str]) -> str | None:

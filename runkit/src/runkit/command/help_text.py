@@ -13,7 +13,7 @@ from typing import Any
 
 from jsonargparse import DefaultHelpFormatter
 
-from .bad_input import OneLineErrorParser
+from ..bad_input import OneLineErrorParser
 
 SUMMARY = {
     "fit": "Trains a run: a new folder runs/<experiment>/<time>/, or the run it continues (--ckpt_path last).",

@@ -20,10 +20,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from ..bad_input import BadInputError
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
 from ..writable import unwritable
-from .bad_input import BadInputError
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
 NEEDS: dict[str, tuple[tuple[str, ...], str | None]] = {

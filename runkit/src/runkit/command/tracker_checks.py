@@ -13,13 +13,13 @@ from urllib.parse import urlsplit
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 
-from ..command.bad_input import BadInputError
-from ..command.records import read_record
-from ..command.runs import RunDirectory, plan_run
-from ..command.task_checks import check_folder
-from .entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
-from .mlflow_logger import MLFLOW_CLIENT_DEFAULTS
-from .secrets import masked, move_url_credentials
+from ..bad_input import BadInputError
+from ..credentials import masked, move_url_credentials
+from ..run.folders import RunDirectory, plan_run
+from ..run.records import read_record
+from ..trackers.entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
+from ..trackers.mlflow_logger import MLFLOW_CLIENT_DEFAULTS
+from .task_checks import check_folder
 
 KEY = "trainer.logger"
 EXTRAS = {MLFlowLogger: ("mlflow", "mlflow"), WandbLogger: ("wandb", "wandb")}  # class: (module, extra)

@@ -13,11 +13,11 @@ from typing import Literal
 import lightning.pytorch as pl
 from jsonargparse import ArgumentParser, Namespace
 
+from ..bad_input import BadInputError
 from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
 from ..tools.export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from ..tools.finders import Found, batch_size_find, lr_find
 from ..tools.schedule_preview import format_preview, learning_rates
-from .bad_input import BadInputError
 from .task_checks import check_folder
 
 # Subcommand name -> the method arguments that LightningCLI fills from the config, not from flags.

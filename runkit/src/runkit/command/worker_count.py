@@ -15,7 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import CombinedLoader
 
-from .bad_input import BadInputError
+from ..bad_input import BadInputError
 
 PER_CORE = 4
 """Worker processes per usable core a loader may start (for loaders that mostly wait on I/O)."""

@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from .project import SUBCOMMANDS
+from ..project import SUBCOMMANDS
+from .folders import ALIASES, CHECKPOINTS, runs
 from .records import FILE
-from .runs import ALIASES, CHECKPOINTS, runs
 
 CONFIG = "config.yaml"
 EVALUATING = ("validate", "test", "predict", "export")
@@ -81,7 +81,7 @@ def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str
     if subcommand not in EVALUATING or ckpt_path not in ALIASES or run_config(args) is not None:
         return None
     if config.run.name is not None or "run.experiment" in flags_given(args) or chosen_in_files(args, "run.experiment"):
-        return None  # the run, or its experiment, is named: runs.plan_run finds it
+        return None  # the run, or its experiment, is named: folders.plan_run finds it
     root = Path(config.trainer.default_root_dir or "runs")
     filename = f"{ckpt_path}.ckpt"
     found = [run for folder in sorted(root.glob("*")) if folder.is_dir() for run in runs(folder)]

@@ -18,7 +18,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from .project import current
+from ..project import current
 from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"

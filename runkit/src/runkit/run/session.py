@@ -1,6 +1,6 @@
 """A command's run session: which run folder it works in, the checkpoint it loads, and its record there.
 
-``fit`` creates a run folder (or continues one: ``runs.plan_run`` decides), writes its ``config.yaml`` once,
+``fit`` creates a run folder (or continues one: ``folders.plan_run`` decides), writes its ``config.yaml`` once,
 and records a session in ``provenance.yaml`` from start to end; ``validate``, ``test``, ``predict`` and the kit's
 subcommands only read a run. Every check comes first: a bad checkpoint or a run that would be overwritten exits 2
 with every file untouched, and a command refused before it trained takes its new run folder back.
@@ -21,18 +21,16 @@ from typing import Any
 import lightning.pytorch as pl
 import yaml
 from jsonargparse import ArgumentParser, Namespace
-from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 from ..legacy import current_names
 from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
-from ..trackers.placement import in_run
+from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
+from .lock import RunLock
 from .provenance import Provenance, RunRecord, describe_origin
 from .resume_keys import changed_keys
-from .run_lock import RunLock
-from .runs import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 
 FIT_ONLY = ("ckpt_path", "weights_only")
 """``fit``'s own arguments, left out of a run's ``config.yaml``: the other subcommands refuse them."""
@@ -150,20 +148,23 @@ class RunSession:
             parser.save(config, path, skip_none=False, overwrite=False)
         return [Provenance(self.record, path.read_text() if path.is_file() else "")]
 
-    def loggers(self, configured: Any, built: Any) -> list[Logger] | bool:
-        """The trackers, writing where the run is; none for a command that writes no run (see ``trackers.py``).
+    def tracks(self) -> bool:
+        """Whether the command's trackers log (``trackers/placement.py`` places them where the run is).
 
         Only ``fit`` logs: evaluating a checkpoint writes no events into its run (their steps would restart at 0
         on the run's curves); the metrics are printed as a table. Objects built without a subcommand (``run=False``,
         for a ``fit`` called in code) log into the named run or the experiment folder.
         """
-        if self.subcommand is not None and self.record is None:
-            return False
-        logged = None
-        if self.plan is not None and self.plan.resumed and self.origin is not None:
-            logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
-        # A resumed run continues its curves: each tracker starts after the checkpoint's last logged step.
-        return in_run(configured, built, self.directory, self.record, None if logged is None else logged + 1)
+        return self.subcommand is None or self.record is not None
+
+    def first_logged_step(self) -> int | None:
+        """The first step this session's trackers log: after the resumed checkpoint's last one (``None``: new run).
+
+        A resumed run continues its curves, with each step logged once."""
+        if self.plan is None or not self.plan.resumed or self.origin is None:
+            return None
+        logged = ((self.origin.get("provenance") or {}).get("progress") or {}).get("logged_step")
+        return None if logged is None else logged + 1
 
     def start(self, trainer: pl.Trainer, command: list[str], seed: object, ckpt_path: str | None) -> None:
         """Records this session's start in the run (``fit``)."""

@@ -2,7 +2,7 @@
 
 ``checkpoints/best.ckpt`` comes from ``BestCheckpoint`` (Lightning's ``ModelCheckpoint`` on the monitored
 metric); ``checkpoints/last.ckpt`` from ``LastCheckpoint``. The file ``--ckpt_path best|last|<file>``
-names (which run's: see ``runs.py``) is checked here before anything runs, so a bad checkpoint stops the
+names (which run's: see ``run/folders.py``) is checked here before anything runs, so a bad checkpoint stops the
 command with a clear message and leaves every file as it was.
 """
 
@@ -201,7 +201,7 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
     """The file ``--ckpt_path`` names: ``best``/``last`` of ``run_dir``'s ``checkpoints/``, or the path itself.
 
     Raises ``ValueError`` if there is no such file. (The command line resolves ``best``/``last`` across runs:
-    see ``runs.plan_run``.)
+    see ``run/folders.plan_run``.)
     """
     path = Path(run_dir) / "checkpoints" / f"{ckpt_path}.ckpt" if ckpt_path in (BEST, LAST) else Path(ckpt_path)
     if not path.is_file():

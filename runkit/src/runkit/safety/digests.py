@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Protocol
 
 import yaml
 
-RECORD_FILE = "provenance.yaml"  # a run's record (command/records.py's FILE)
+RECORD_FILE = "provenance.yaml"  # a run's record (run/records.py's FILE)
 KEY = "checkpoints"  # the record's mapping of checkpoint files (relative to the run folder) to their digests
 ALGORITHM = "sha256"
 _OVERLAP = 1 << 20  # chunks at least this long are hashed in a thread while they are written
@@ -87,7 +87,7 @@ class HashingWriter:
 
 
 class Record(Protocol):
-    """The run's record as ``DigestBook`` writes into it (``command/provenance.RunRecord``)."""
+    """The run's record as ``DigestBook`` writes into it (``run/provenance.RunRecord``)."""
 
     directory: Path
     data: dict[str, Any]

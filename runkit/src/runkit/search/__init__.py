@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from ..command.project import Project
+from ..project import Project
 
 
 def main(args: list[str], project: Project | None = None) -> None:

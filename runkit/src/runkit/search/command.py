@@ -26,7 +26,7 @@ from optuna.pruners import BasePruner
 from optuna.samplers import BaseSampler
 
 from ..command.cli import ProjectCLI, build_cli
-from ..command.project import Project, current
+from ..project import Project, current
 from ..safety.monitor_mode import checked_mode
 from .launch import run_workers
 from .report import ranked, table, write_best_preset

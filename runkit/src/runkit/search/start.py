@@ -17,9 +17,9 @@ from typing import Any
 import optuna
 import yaml
 
-from ..command.resume_keys import flat
-from ..command.runs import is_run
 from ..legacy import current_names
+from ..run.folders import is_run
+from ..run.resume_keys import flat
 from ..safety.monitor_mode import checked_mode
 from .storage import JOURNAL, exclusive, shown, study_exists
 from .trial import MARK, trial_dir

@@ -17,9 +17,9 @@ import optuna
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import MLFlowLogger
 
+from ..credentials import masked
 from ..trackers.entries import class_of, configured_loggers
 from ..trackers.placement import PARENT_EXPERIMENT_ENV, PARENT_RUN_ENV
-from ..trackers.secrets import masked
 from .report import ranked
 from .worker import Plan
 

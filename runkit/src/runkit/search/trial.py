@@ -19,9 +19,9 @@ from typing import Any, NoReturn
 import lightning.pytorch as pl
 import yaml
 
-from ..command.bad_input import BadInputError
+from ..bad_input import BadInputError
 from ..command.cli import ProjectCLI, build_cli, discard_new_run, refusal
-from ..command.project import Project
+from ..project import Project
 from .monitor import TrialMonitor
 
 MARK = "study.yaml"

@@ -28,7 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.samplers import GridSampler
 from optuna.trial import TrialState
 
-from ..command.project import Project
+from ..project import Project
 from ..safety.data_checks import InvalidDataError
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import INTERRUPTED_EXIT_CODE, PREEMPTED_EXIT_CODE, Interrupted

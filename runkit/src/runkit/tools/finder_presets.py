@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-from ..command.project import current
+from ..project import current
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..command.project import current
 from ..lightning_internals import end_fit_when_found, request_stop, run_exactly
+from ..project import current
 from ..safety.signals import STOP, STOPS, exit_code
 from .finder_plots import save_lr_plot, text_plot
 from .finder_presets import Found, command_config, key_or_exit, refuse_existing, run_again, write_preset

@@ -5,7 +5,7 @@ its logger (``logger+:``), so they stack. Whatever a logger's config says about 
 decides it from the run, so checkpoints, ``config.yaml``, ``provenance.yaml`` and every tracker's files stay
 in ``runs/<experiment>/<run>/``, and ``runs`` and ``--ckpt_path last|best`` work with any of them:
 
-- TensorBoard: events in the run folder (``runs.RunLogger``); CSV: ``<run>/metrics.csv``;
+- TensorBoard: events in the run folder (``run/logger.py``); CSV: ``<run>/metrics.csv``;
 - MLflow: a run named after the run folder, in the experiment ``run.experiment`` (unless ``experiment_name``
   is set), on ``tracking_uri`` (a server, ``sqlite:///...``) or, without one, the local store
   ``<trainer.default_root_dir>/mlruns``; the resolved config as parameters, the git commit and dirty flag as
@@ -23,10 +23,11 @@ Lightning's gets wrong for a run that is stopped and resumed (said on the class)
 last step it logged: ``provenance.yaml`` records it with each checkpoint, and a resume starts the trackers after it.
 
 Files: ``kinds.py`` (the extension point: a ``Tracker`` places one kind of Lightning logger in a run; a new tracker
-is one file and one ``register`` call), ``entries.py`` (what ``trainer.logger`` holds), ``checks.py`` (URIs resolved
-and every tracker checked before anything is built), ``placement.py`` (the loggers of a ``fit``, told where the run
-is, and the four trackers the kit registers; ids into provenance), ``csv_logger.py``, ``mlflow_logger.py``,
-``wandb_logger.py`` (Lightning's loggers, continued across resumes), ``tracked_run.py`` (checkpoints in the run
-folder, loggers flushed with them), ``secrets.py`` (no credential in a file a run writes). Nothing is imported here:
-``command/`` imports these modules, and they import ``command/``'s run folders and provenance.
+is one file and one ``register`` call), ``entries.py`` (what ``trainer.logger`` holds), ``placement.py`` (the
+loggers of a ``fit``, told where the run is, and the four trackers the kit registers; ids into provenance),
+``csv_logger.py``, ``mlflow_logger.py``, ``wandb_logger.py`` (Lightning's loggers, continued across resumes),
+``tracked_run.py`` (checkpoints in the run folder, loggers flushed with them). The trackers' settings are checked
+before anything is built by ``command/tracker_checks.py``; no credential reaches a file a run writes
+(``credentials.py``). Nothing is imported here: ``command/`` imports these modules, and they import the run
+(``run/``: its folder and record, where the tracker ids are kept), never ``command/``.
 """

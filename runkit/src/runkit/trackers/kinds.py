@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lightning.pytorch.loggers import Logger
 
 if TYPE_CHECKING:
-    from ..command.provenance import RunRecord
+    from ..run.provenance import RunRecord
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from .secrets import masked
+from ..credentials import masked
 
 # The MLflow client's settings the kit changes; the environment still wins. The client retries a failed request
 # for minutes (7 times, doubling from 2 s): a training job should not wait that long on a tracker. Its background

@@ -9,15 +9,24 @@ from typing import Any
 import yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
-from ..command.project import current
-from ..command.provenance import RunRecord, git_state
-from ..command.run_logger import RunLogger
+from ..credentials import masked
+from ..project import current
+from ..run.facts import git_state
+from ..run.logger import RunLogger
+from ..run.provenance import RunRecord
+from ..run.session import RunSession
 from .csv_logger import RunCSVLogger
 from .entries import LOCAL_STORE, class_of, configured_loggers, init_args
 from .kinds import BUILT_IN, Placement, tracker_for
 from .mlflow_logger import RunMLFlowLogger
-from .secrets import masked
 from .wandb_logger import RunWandbLogger, new_wandb_id
+
+
+def for_session(session: RunSession, configured: Any, built: Any) -> list[Logger] | bool:
+    """The loggers of the command ``session`` runs: none unless it writes a run (``RunSession.tracks``)."""
+    if not session.tracks():
+        return False
+    return in_run(configured, built, session.directory, session.record, session.first_logged_step())
 
 
 def in_run(
@@ -34,20 +43,19 @@ def in_run(
         return False
     entries = configured_loggers(configured) or [None]
     built_list = configured_loggers(built) or [None]
-    known = (record.data.get("trackers") if record is not None else None) or {}
     loggers: list[Logger] = []
     for entry, instance in zip(entries, built_list, strict=False):
         tracker = tracker_for(class_of(entry) if entry is not None else TensorBoardLogger)
         if tracker is None:
             loggers.append(instance)
             continue
-        run = Placement(directory, record, known.get(tracker.name) or {}, purge_step)
+        run = Placement(directory, record, record.tracker(tracker.name) if record is not None else {}, purge_step)
         loggers.append(tracker.place(init_args(entry), run))
     return loggers
 
 
 class TensorBoardTracker:
-    """Events in the run folder (``command/run_logger.py``)."""
+    """Events in the run folder (``run/logger.py``)."""
 
     base, name = TensorBoardLogger, "tensorboard"
 
@@ -107,16 +115,14 @@ def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, kno
         prefix=args.get("prefix", ""),
         artifact_location=args.get("artifact_location"),
         synchronous=args.get("synchronous"),
-        on_lost=None if record is None else lambda message: _lost(record, "mlflow", message),
+        on_lost=None if record is None else lambda message: record.tracker_lost("mlflow", message),
     )
     if record is None or not record.writer:
         return logger
     client, run_id = logger.experiment, logger.run_id  # the MLflow run, created now: its id goes into provenance
-    record.data.setdefault("trackers", {})["mlflow"] = {
-        "run_id": run_id,
-        "experiment_id": logger.experiment_id,
-        "tracking_uri": masked(uri),
-    }
+    record.keep_tracker(
+        "mlflow", {"run_id": run_id, "experiment_id": logger.experiment_id, "tracking_uri": masked(uri)}
+    )
     tags = {"kit.run_dir": str(directory), "kit.experiment": directory.parent.name, "kit.run": directory.name}
     git = git_state(current().source)
     if git is not None:
@@ -158,7 +164,7 @@ def _wandb(args: dict[str, Any], directory: Path, record: RunRecord | None, know
         config=config_params(yaml.safe_load(config.read_text()) or {}) if writer and config.is_file() else None,
     )
     if writer:
-        record.data.setdefault("trackers", {})["wandb"] = {"id": run_id, "project": logger.name}
+        record.keep_tracker("wandb", {"id": run_id, "project": logger.name})
         record.on_end.append(lambda status: logger.end(status, []))
     return logger
 
@@ -189,8 +195,3 @@ def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             found[f"{prefix}{key}"] = value
     return found
-
-
-def _lost(record: RunRecord, tracker: str, message: str) -> None:
-    record.data.setdefault("trackers", {}).setdefault(tracker, {})["lost"] = message
-    record.write()
