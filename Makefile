@@ -43,7 +43,7 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 # Two workers: runkit's suite and the generated project's (one test each, minutes) run beside the rest; idle ones
 # steal work.
 test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
-	MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --numprocesses 2 --dist worksteal
+	MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
 
 # Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
 # the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
