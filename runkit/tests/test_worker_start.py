@@ -24,7 +24,7 @@ worker_start = submodule("safety.worker_start")
 CAN_HANG = worker_start.fork_can_hang()
 HAS_THE_FIX = "this Python has CPython's fix for gh-112275: workers fork as usual"
 STRESS = """
-import ctypes, multiprocessing, os, sys, threading, time
+import ctypes, multiprocessing, os, signal, sys, threading, time
 
 starts, how = int(sys.argv[1]), sys.argv[2]
 libc = ctypes.CDLL(None)
@@ -41,12 +41,12 @@ def start_bare():
     pid = os.fork()
     if pid == 0:
         os._exit(0)
-    return lambda: os.waitpid(pid, os.WNOHANG)[0] != 0
+    return lambda: os.waitpid(pid, os.WNOHANG)[0] != 0, lambda: os.kill(pid, signal.SIGKILL)
 
 def start_from_server(context):
     process = context.Process(target=int)
     process.start()
-    return lambda: process.exitcode is not None
+    return lambda: process.exitcode is not None, process.kill
 
 if __name__ == "__main__":
     if how == "server":  # the kit's fork server, as a rank under DDP starts it
@@ -54,12 +54,13 @@ if __name__ == "__main__":
     for _ in range(3):
         threading.Thread(target=native_threads, daemon=True).start()
     for number in range(1, starts + 1):
-        done = start_bare() if how == "bare" else start_from_server(context)
+        done, kill = start_bare() if how == "bare" else start_from_server(context)
         for _ in range(1000):  # 10 s for a child that only exits
             if done():
                 break
             time.sleep(0.01)
         else:
+            kill()  # a hung child holds this script's output pipe open: the test would wait for it
             print(f"the child of start {number} of {starts} hung", flush=True)
             os._exit(1)
     print(f"{starts} starts, none hung", flush=True)
