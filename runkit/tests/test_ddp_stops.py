@@ -99,7 +99,10 @@ def test_sigterm_to_one_torchrun_node_stops_both_nodes_and_resumes_exactly(
     assert "failed (exitcode: 143)" in logs
     for node in nodes:
         assert group_gone_at(node.pid, sent["sent"] + EXIT_BOUND_S) - sent["sent"] <= EXIT_BOUND_S
-    assert last_checkpoint(run)["global_step"] == 6, logs
+    # Sent after step 5's backward: the stop comes at the next boundary (6) when the signal reaches the training
+    # process at once, later when the node's torchrun agent forwards it first (steps take ~80 ms; seen: 7, under
+    # load). Both nodes stop at the same step either way: one checkpoint, and the resume below is exact.
+    assert 6 <= last_checkpoint(run)["global_step"] < 16, logs
     assert statuses(run) == [("preempted", "SIGTERM")]
 
     resumed = torchrun_nodes(tmp_path, *run_dir_flags(run), "--ckpt_path=last")
