@@ -47,7 +47,7 @@ test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each
 
 # Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
 # the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
-# runkit's long tests (~45 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
+# runkit's long tests (~70 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
 test-faults: setup ## Run runkit's long tests, marked faults, that `make test` leaves out.
 	cd runkit && MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --faults -m faults $(ARGS)
 
