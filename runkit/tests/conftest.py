@@ -10,7 +10,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support import PACKAGE, TESTS, launch, submodule
+from support import PACKAGE, TESTS, submodule
+
+from runkit.testing.support import launch
 
 pytest_plugins = ["runkit.testing.fixtures"]
 FIXTURE_CONFIG = TESTS / "fixture.yaml"

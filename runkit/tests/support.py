@@ -1,6 +1,6 @@
 """What the kit's tests share: where the library and this repository are, the program they run (``python -m
-fixture_cli``: runkit's command line as a project declares it, on the fixture task), and ``runkit.testing``'s
-helpers."""
+fixture_cli``: runkit's command line as a project declares it, on the fixture task). The helpers every project's
+tests use too are imported from ``runkit.testing.support`` itself."""
 
 from __future__ import annotations
 
@@ -8,42 +8,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from runkit.testing.support import (
-    PRESET_EXTRAS,
-    TEST_PATHS,
-    assert_identical,
-    child_path,
-    digest,
-    fit_exit_code,
-    last_checkpoint,
-    launch,
-    needs_extras,
-    read_only,
-    refused,
-    run_dir_flags,
-)
-
-__all__ = [
-    "CONFIGS",
-    "PACKAGE",
-    "PRESET_EXTRAS",
-    "REPO",
-    "ROOT",
-    "TEMPLATE",
-    "TESTS",
-    "assert_identical",
-    "child_path",
-    "config_flags",
-    "digest",
-    "fit_exit_code",
-    "last_checkpoint",
-    "launch",
-    "needs_extras",
-    "read_only",
-    "refused",
-    "run_dir_flags",
-    "submodule",
-]
+from runkit.testing.support import TEST_PATHS
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent  # the library's folder: pyproject.toml, src/runkit/, docs/

@@ -13,7 +13,9 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import CONFIGS, TESTS, refused, submodule
+from support import CONFIGS, TESTS, submodule
+
+from runkit.testing.support import refused
 
 OWN_TESTS = {"distributed", "logger", "data", "predict", "search", "example"}  # other processes, extras, data, tests
 AGNOSTIC = sorted(  # the folders with tests of their own aside

@@ -24,8 +24,10 @@ import fixture_task
 import lightning.pytorch as pl
 import pytest
 import torch
-from support import digest, read_only, refused, run_dir_flags, submodule
+from support import submodule
 from torch import Tensor
+
+from runkit.testing.support import digest, read_only, refused, run_dir_flags
 
 checkpoint_io = submodule("safety.checkpoint_io")
 

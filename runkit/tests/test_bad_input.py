@@ -17,11 +17,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from support import PACKAGE, launch, refused, run_dir_flags, submodule
+from support import PACKAGE, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from runkit.testing.faults import fault
+from runkit.testing.support import launch, refused, run_dir_flags
 
 RunCli = Callable[..., object]
 

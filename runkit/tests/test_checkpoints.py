@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 import torch
-from support import run_dir_flags, submodule
+from support import submodule
 
 from runkit.testing.faults import fault
+from runkit.testing.support import run_dir_flags
 
 checkpoint_io = submodule("safety.checkpoint_io")
 checkpoints = submodule("safety.checkpoints")

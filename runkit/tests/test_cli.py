@@ -10,10 +10,10 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import run_dir_flags
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from runkit.testing.faults import fault
+from runkit.testing.support import run_dir_flags
 
 RUN = Path("runs/fixture/cli")
 STEPS_PER_EPOCH = 16  # fixture.yaml: 256 training sequences in batches of 16

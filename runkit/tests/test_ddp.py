@@ -16,9 +16,10 @@ import fixture_task
 import pytest
 import torch
 import yaml
-from support import PACKAGE, launch, submodule
+from support import PACKAGE, submodule
 
 from runkit.testing import probes
+from runkit.testing.support import launch
 
 pytestmark = pytest.mark.slow  # two processes
 STEPS = 16  # 2 epochs x 8 batches per process (256 sequences / 2 processes / 16 per batch)

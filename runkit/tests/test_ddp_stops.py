@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 import yaml
-from support import PACKAGE, ROOT, TEMPLATE, child_path, last_checkpoint, launch, run_dir_flags
+from support import PACKAGE, ROOT, TEMPLATE
 from test_fault_matrix import EXIT_BOUND_S, assert_same_training, finish, group_gone_at, start
 
 from runkit.testing.faults import fault
+from runkit.testing.support import child_path, last_checkpoint, launch, run_dir_flags
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 DDP = ["--trainer.devices=2", "--trainer.strategy=ddp"]

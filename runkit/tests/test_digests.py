@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from support import PACKAGE, assert_identical, digest, launch, refused, run_dir_flags, submodule
+from support import PACKAGE, submodule
+
+from runkit.testing.support import assert_identical, digest, launch, refused, run_dir_flags
 
 checkpoint_io = submodule("safety.checkpoint_io")
 digests = submodule("safety.digests")

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from support import CONFIGS, run_dir_flags, submodule
+from support import CONFIGS, submodule
 
 from runkit.testing import probes
+from runkit.testing.support import run_dir_flags
 
 early_stopping = submodule("parts.early_stopping")
 

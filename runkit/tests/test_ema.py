@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from support import CONFIGS, run_dir_flags
+from support import CONFIGS
+
+from runkit.testing.support import run_dir_flags
 
 EMA = f"--config={CONFIGS / 'training/ema.yaml'}"
 # 64 sequences in batches of 16: 4 optimizer steps per epoch, 12 in 3 epochs.

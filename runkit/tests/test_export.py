@@ -9,7 +9,9 @@ from types import ModuleType
 import fixture_task
 import pytest
 import torch
-from support import run_dir_flags, submodule
+from support import submodule
+
+from runkit.testing.support import run_dir_flags
 
 exporting = submodule("tools.export")
 WRITTEN = {"torch_export": {"model.pt2"}, "onnx": {"model.onnx", "model.onnx.data"}}  # ONNX weights sit beside it

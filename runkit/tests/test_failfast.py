@@ -10,9 +10,10 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import refused, run_dir_flags, submodule
+from support import submodule
 
 from runkit.testing.faults import fault
+from runkit.testing.support import refused, run_dir_flags
 
 RUN = Path("runs/fixture/nan")
 

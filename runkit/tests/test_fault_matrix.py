@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 import yaml
-from support import PACKAGE, assert_identical, child_path, last_checkpoint, run_dir_flags
+from support import PACKAGE
 
 from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, child_path, last_checkpoint, run_dir_flags
 
 pytestmark = pytest.mark.slow
 

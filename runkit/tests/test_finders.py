@@ -17,7 +17,9 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.tuner.lr_finder import _LRFinder
-from support import TESTS, refused, run_dir_flags, submodule
+from support import TESTS, submodule
+
+from runkit.testing.support import refused, run_dir_flags
 
 finders = submodule("tools.finders")
 finder_presets = submodule("tools.finder_presets")

@@ -14,10 +14,11 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import TESTS, assert_identical, fit_exit_code, last_checkpoint, refused, submodule
+from support import TESTS, submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, fit_exit_code, last_checkpoint, refused
 
 DEMOS = "lightning.pytorch.demos"
 LIMITS = ["--trainer.max_epochs=2", "--trainer.limit_train_batches=4", "--trainer.limit_val_batches=4"]

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import PACKAGE, TEMPLATE, child_path, run_dir_flags
+from support import PACKAGE, TEMPLATE
+
+from runkit.testing.support import child_path, run_dir_flags
 
 FLAGS = ["fit", "--trainer.accelerator=cpu", "--trainer.strategy=ddp"]
 

@@ -9,9 +9,11 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import run_dir_flags, submodule
+from support import submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import nn
+
+from runkit.testing.support import run_dir_flags
 
 EPOCHS, STEPS_PER_EPOCH = 2, 16  # fixture.yaml: 256 training sequences in batches of 16
 RUN = Path("runs/fixture/shown")

@@ -11,7 +11,9 @@ from types import ModuleType
 import fixture_task
 import pytest
 import torch
-from support import digest, read_only, refused, run_dir_flags, submodule
+from support import submodule
+
+from runkit.testing.support import digest, read_only, refused, run_dir_flags
 
 prediction = submodule("tools.prediction")
 SHAPE = (1, 28, 28)  # (C, H, W) images

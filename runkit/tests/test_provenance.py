@@ -14,7 +14,9 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import refused, run_dir_flags, submodule
+from support import submodule
+
+from runkit.testing.support import refused, run_dir_flags
 
 provenance = submodule("run.provenance")
 facts = submodule("run.facts")

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from support import PACKAGE, TESTS, assert_identical, launch, run_dir_flags, submodule
+from support import PACKAGE, TESTS, submodule
 
 from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, launch, run_dir_flags
 
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 

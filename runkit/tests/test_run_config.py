@@ -12,9 +12,9 @@ from types import ModuleType
 
 import pytest
 import yaml
-from support import fit_exit_code, last_checkpoint, refused
 
 from runkit.testing.faults import fault
+from runkit.testing.support import fit_exit_code, last_checkpoint, refused
 
 SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1"]  # 8 steps in the fixture's 2 epochs
 TEAM_MODEL = ["--model=fixture_task.CollectiveRegressor", "--model.init_args.hidden=8"]  # not the default config's

@@ -20,9 +20,10 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import PACKAGE, child_path, digest, refused, run_dir_flags
+from support import PACKAGE
 
 from runkit.testing.faults import fault
+from runkit.testing.support import child_path, digest, refused, run_dir_flags
 
 SOURCE = Path("runs/fixture/source")
 STEP_LR = "--model.init_args.schedule=step"  # by epoch: a run may go on for more epochs (a one-cycle one may not)

@@ -15,10 +15,11 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import run_dir_flags, submodule
+from support import submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from runkit.testing.faults import fault
+from runkit.testing.support import run_dir_flags
 
 runs = submodule("run.folders")
 run_logger = submodule("run.logger")

@@ -9,9 +9,11 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import digest, run_dir_flags, submodule
+from support import submodule
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
+
+from runkit.testing.support import digest, run_dir_flags
 
 optuna = pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
 

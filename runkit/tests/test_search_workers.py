@@ -18,7 +18,9 @@ import pytest
 import servers
 import torch
 import yaml
-from support import PACKAGE, child_path
+from support import PACKAGE
+
+from runkit.testing.support import child_path
 
 optuna = pytest.importorskip("optuna", reason="the search needs the project's `search` extra (Optuna)")
 TrialState = optuna.trial.TrialState

@@ -11,10 +11,11 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import PACKAGE, assert_identical, fit_exit_code, last_checkpoint, launch, run_dir_flags
+from support import PACKAGE
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, fit_exit_code, last_checkpoint, launch, run_dir_flags
 
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches; 4 validation batches per epoch
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from support import PACKAGE, ROOT, TEMPLATE, child_path
+from support import PACKAGE, ROOT, TEMPLATE
 
 from runkit.testing.faults import fault
+from runkit.testing.support import child_path
 
 RUN = Path("runs/fixture/slurm-4242")  # the fixture's experiment, then the run the script names after the job
 STEPS = 32  # fixture.yaml: 2 epochs x 16 batches

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from lightning.pytorch.loggers import CSVLogger, Logger
-from support import run_dir_flags, submodule
+from support import submodule
+
+from runkit.testing.support import run_dir_flags
 
 kinds = submodule("trackers.kinds")
 submodule("trackers.placement")  # where the kit's own trackers are

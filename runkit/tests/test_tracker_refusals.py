@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import servers
 import yaml
-from support import refused, submodule
+from support import submodule
 from tracker_setup import EXPERIMENT, LIMITS, clear_tracker_environment, forget_w_and_b, needs, tracker_flags
+
+from runkit.testing.support import refused
 
 checks = submodule("command.tracker_checks")
 

@@ -23,7 +23,7 @@ import pytest
 import servers
 import tracker_readers as read
 import yaml
-from support import PACKAGE, launch, submodule
+from support import PACKAGE, submodule
 from tracker_setup import (
     EXPERIMENT,
     LIMITS,
@@ -37,6 +37,7 @@ from tracker_setup import (
 )
 
 from runkit.testing.faults import fault
+from runkit.testing.support import launch
 
 checks = submodule("command.tracker_checks")
 placement = submodule("trackers.placement")

@@ -1,5 +1,6 @@
-"""What this project's tests share: where the project is, its package, its small example run, and runkit's test
-helpers (``runkit.testing.support``: run the command line in a process, compare checkpoints, expect a refusal).
+"""What this project's tests share: where the project is, its package and its small example run. runkit's test
+helpers (run the command line in a process, compare checkpoints, expect a refusal) are imported from
+``runkit.testing.support`` itself.
 
 The package is found under ``src/``, so nothing here needs an edit when it is renamed.
 """
@@ -10,42 +11,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from runkit.testing.support import (
-    PRESET_EXTRAS,
-    TEST_PATHS,
-    assert_identical,
-    child_path,
-    digest,
-    fit_exit_code,
-    last_checkpoint,
-    launch,
-    needs_extras,
-    read_only,
-    refused,
-    run_dir_flags,
-)
-
-__all__ = [
-    "CONFIGS",
-    "PACKAGE",
-    "PRESET_EXTRAS",
-    "ROOT",
-    "SMALL_RUN",
-    "TESTS",
-    "assert_identical",
-    "child_path",
-    "config_flags",
-    "digest",
-    "fit_exit_code",
-    "last_checkpoint",
-    "launch",
-    "needs_extras",
-    "read_only",
-    "refused",
-    "run_dir_flags",
-    "runkit_module",
-    "submodule",
-]
+from runkit.testing.support import TEST_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 from runkit.testing.faults import fault
-from support import PACKAGE, ROOT, SMALL_RUN, child_path, config_flags, last_checkpoint, run_dir_flags
+from runkit.testing.support import child_path, last_checkpoint, run_dir_flags
+from support import PACKAGE, ROOT, SMALL_RUN, config_flags
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 from PIL import Image
-from support import PACKAGE, SMALL_RUN, config_flags, launch, submodule
+from runkit.testing.support import launch
+from support import PACKAGE, SMALL_RUN, config_flags, submodule
 
 
 def write_image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 16) -> Path:

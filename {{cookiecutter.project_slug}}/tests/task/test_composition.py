@@ -10,7 +10,8 @@ import pytest
 import torch
 import yaml
 from runkit.testing import probes
-from support import CONFIGS, PACKAGE, SMALL_RUN, launch, run_dir_flags
+from runkit.testing.support import launch, run_dir_flags
+from support import CONFIGS, PACKAGE, SMALL_RUN
 
 COMPOSED = (
     "example/transformer",

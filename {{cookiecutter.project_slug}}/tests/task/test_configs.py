@@ -6,7 +6,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support import CONFIGS, needs_extras, refused
+from runkit.testing.support import needs_extras, refused
+from support import CONFIGS
 
 PRESETS = sorted(str(path.relative_to(CONFIGS).with_suffix("")) for path in CONFIGS.rglob("*.yaml"))
 PRESETS = [name for name in PRESETS if not name.startswith("search/")]  # `search` configs: test_search_presets.py

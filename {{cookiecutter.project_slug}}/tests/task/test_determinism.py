@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import torch
 from runkit.testing import probes
-from support import SMALL_RUN, run_dir_flags
+from runkit.testing.support import run_dir_flags
+from support import SMALL_RUN
 
 
 def losses(run_cli: Callable[..., object], seed: int, name: str) -> list[float]:

@@ -7,7 +7,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support import CONFIGS, SMALL_RUN, refused
+from runkit.testing.support import refused
+from support import CONFIGS, SMALL_RUN
 
 SMALL_DEBUG = [f"--config={CONFIGS / name}.yaml" for name in SMALL_RUN]
 

@@ -8,7 +8,8 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-from support import SMALL_RUN, config_flags, run_dir_flags
+from runkit.testing.support import run_dir_flags
+from support import SMALL_RUN, config_flags
 
 
 def test_lr_find_sets_the_lr_of_the_optimizer_callable(

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-from support import PACKAGE, SMALL_RUN, config_flags, launch
+from runkit.testing.support import launch
+from support import PACKAGE, SMALL_RUN, config_flags
 
 SHOWN = {"PYTHONWARNINGS": ""}  # as a shell starts it: launch() hides warnings from the runs of other tests
 LIGHTNING_ABOUT_ITSELF = (

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import torch
 from runkit.testing.faults import fault
-from support import CONFIGS, PACKAGE, assert_identical, last_checkpoint, launch, run_dir_flags, submodule
+from runkit.testing.support import assert_identical, last_checkpoint, launch, run_dir_flags
+from support import CONFIGS, PACKAGE, submodule
 
 SETUP = [
     f"--config={CONFIGS / 'data/image_folder.yaml'}",

@@ -9,7 +9,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import PACKAGE, SMALL_RUN, config_flags, launch
+from runkit.testing.support import launch
+from support import PACKAGE, SMALL_RUN, config_flags
 
 
 def _nan_pixel(images: torch.Tensor, labels: torch.Tensor) -> None:

@@ -9,7 +9,8 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import SMALL_RUN, run_dir_flags
+from runkit.testing.support import run_dir_flags
+from support import SMALL_RUN
 
 SHAPE = (1, 28, 28)  # (C, H, W) of default.yaml's data
 RUN = Path("runs/debug/predicted")

@@ -13,7 +13,8 @@ from types import ModuleType
 import pytest
 import torch
 import yaml
-from support import CONFIGS, needs_extras
+from runkit.testing.support import needs_extras
+from support import CONFIGS
 
 TRAINING_PRESETS = sorted(
     str(path.relative_to(CONFIGS).with_suffix(""))

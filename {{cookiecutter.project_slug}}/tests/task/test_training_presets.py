@@ -19,7 +19,8 @@ import torch
 from lightning.pytorch.callbacks import EMAWeightAveraging
 from runkit.testing import probes
 from runkit.testing.faults import fault
-from support import CONFIGS, PACKAGE, SMALL_RUN, assert_identical, launch, run_dir_flags, runkit_module
+from runkit.testing.support import assert_identical, launch, run_dir_flags
+from support import CONFIGS, PACKAGE, SMALL_RUN, runkit_module
 
 early_stopping = runkit_module("parts.early_stopping")
 EMA = [f"--config={CONFIGS / name}.yaml" for name in (*SMALL_RUN, "training/ema")]
