@@ -25,7 +25,6 @@ whole log goes to ``build/installs/<way>.log``. Exit status 1 when a way fails.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import platform
@@ -34,14 +33,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse import CLI
-from test_stacks import QUICKSTART, minutes, shell
+from test_stacks import QUICKSTART, minutes, run_each, shell
 
 ROOT = Path(__file__).resolve().parents[1]
 Way = Literal["index", "git-tag", "local"]
@@ -205,29 +203,7 @@ def main(only: list[Way] | None = None, python: str = "python3", keep: bool = Fa
         f"# Python {platform.python_version()} on {os.cpu_count()} cores; each way: a fresh venv, pip install"
         f" torch=={TORCH}, pip install -e '.[dev]' as the generated README says, then make test"
     )
-    print(header, flush=True)
-    kept = results.read_text().splitlines()[1:] if results.is_file() else []
-    lines = {line.split(":")[0]: line for line in kept if line.split(":")[0] in WAYS}
-    failed = False
-    for way in only or list(WAYS):
-        workdir = Path(tempfile.mkdtemp(prefix=f"installs-{way}-"))
-        free = shutil.disk_usage(workdir).free / 1e9
-        if free < min_free_gb:
-            shutil.rmtree(workdir)
-            raise SystemExit(f"error: {free:.1f} GB free under {workdir.parent}: a way needs {min_free_gb:g} GB")
-        log = logs / f"{way}.log"
-        log.write_text("")
-        try:
-            passed, line, notes = run_way(way, python, workdir, log)
-        finally:
-            if not keep:
-                shutil.rmtree(workdir, ignore_errors=True)
-        failed |= not passed
-        print(line, *notes, sep="\n  ", flush=True)
-        lines[way] = f"{line} | {datetime.date.today()}"
-        results.write_text("\n".join([header, *(lines[name] for name in WAYS if name in lines)]) + "\n")
-    print(f"logs: {logs}/<way>.log; results: {results}", flush=True)
-    return int(failed)
+    return run_each(only or list(WAYS), list(WAYS), run_way, python, results, header, logs, keep, min_free_gb)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -134,28 +135,44 @@ def main(only: list[Stack] | None = None, python: str = "python3", keep: bool = 
         f"# Python {platform.python_version()} on {os.cpu_count()} cores; each stack: pip install -e '.[dev]' as the"
         " generated README says, then make test"
     )
+    return run_each(names, list(STACKS), run_stack, python, results, header, logs, keep, min_free_gb)
+
+
+def run_each(
+    names: list[str],
+    order: list[str],
+    run_one: Callable[[str, str, Path, Path], tuple[bool, str, list[str]]],
+    python: str,
+    results: Path,
+    header: str,
+    logs: Path,
+    keep: bool,
+    min_free_gb: float,
+) -> int:
+    """Runs ``run_one`` for each of ``names`` in a fresh folder, printing its line and writing ``results`` (in
+    ``order``; one not run this time keeps its line from an earlier run); 1 if any failed. test_installs.py too."""
     print(header, flush=True)
-    # A stack not run this time keeps its line from an earlier run.
     kept = results.read_text().splitlines()[1:] if results.is_file() else []
-    lines = {line.split(":")[0]: line for line in kept if line.split(":")[0] in STACKS}
+    lines = {line.split(":")[0]: line for line in kept if line.split(":")[0] in order}
     failed = False
     for name in names:
-        workdir = Path(tempfile.mkdtemp(prefix=f"stacks-{name}-"))
+        workdir = Path(tempfile.mkdtemp(prefix=f"{results.stem.removesuffix('-results')}-{name}-"))
         free = shutil.disk_usage(workdir).free / 1e9
         if free < min_free_gb:
             shutil.rmtree(workdir)
-            raise SystemExit(f"error: {free:.1f} GB free under {workdir.parent}: a stack needs {min_free_gb:g} GB")
+            raise SystemExit(f"error: {free:.1f} GB free under {workdir.parent}: {name} needs {min_free_gb:g} GB")
         log = logs / f"{name}.log"
         log.write_text("")
         try:
-            passed, line, notes = run_stack(name, python, workdir, log)
+            passed, line, notes = run_one(name, python, workdir, log)
         finally:
             if not keep:
                 shutil.rmtree(workdir, ignore_errors=True)
         failed |= not passed
         print(line, *notes, sep="\n  ", flush=True)
         lines[name] = f"{line} | {datetime.date.today()}"
-        results.write_text("\n".join([header, *(lines[stack] for stack in STACKS if stack in lines)]) + "\n")
+        results.write_text("\n".join([header, *(lines[each] for each in order if each in lines)]) + "\n")
+    print(f"logs: {logs}/<name>.log; results: {results}", flush=True)
     return int(failed)
 
 
