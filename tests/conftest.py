@@ -103,6 +103,16 @@ def copy_template(repo: Path) -> None:
             shutil.copy2(source, target)
 
 
+def committed_template(repo: Path, message: str = "template") -> Path:
+    """A new git repository ``repo`` (branch ``main``) holding this working tree's template files, committed."""
+    repo.mkdir()
+    copy_template(repo)
+    git(repo, "init", "--quiet", "--initial-branch=main")
+    git(repo, "add", "--all")
+    git(repo, "commit", "--quiet", f"--message={message}")
+    return repo
+
+
 @pytest.fixture
 def baked(tmp_path: Path) -> Callable[..., Path]:
     return lambda **answers: bake(tmp_path, **answers)

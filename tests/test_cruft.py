@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SMOKE_TESTS, assert_tests_pass, copy_template, cruft, cruft_create, edit, git, install
+from conftest import SMOKE_TESTS, assert_tests_pass, committed_template, cruft, cruft_create, edit, git, install
 
 # A combination of answers whose generated suite runs nowhere else (see test_matrix.py).
 ANSWERS = {"project_name": "Cruft Follower", "license": "Proprietary", "python_version": "3.13"}
@@ -15,13 +15,7 @@ ANSWERS = {"project_name": "Cruft Follower", "license": "Proprietary", "python_v
 @pytest.fixture
 def template(tmp_path: Path) -> Path:
     """A git repository holding a copy of this template's working tree, committed."""
-    repo = tmp_path / "template"
-    repo.mkdir()
-    copy_template(repo)
-    git(repo, "init", "--quiet", "--initial-branch=main")
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "--message=template v1")
-    return repo
+    return committed_template(tmp_path / "template", "template v1")
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, bake, copy_template, cruft_create, git
+from conftest import ROOT, bake, committed_template, cruft_create, git
 from test_bake import files_of
 
 Baked = Callable[..., Path]
@@ -101,12 +101,7 @@ def test_no_repository_of_its_own_inside_another_work_tree(tmp_path: Path) -> No
 @pytest.mark.usefixtures("git_config")
 def test_no_repository_under_cruft(tmp_path: Path) -> None:
     """cruft writes .cruft.json after the hook, and renders the template twice to diff them in `cruft update`."""
-    template = tmp_path / "template"
-    template.mkdir()
-    copy_template(template)
-    git(template, "init", "--quiet")
-    git(template, "add", "--all")
-    git(template, "commit", "--quiet", "--message=template")
+    template = committed_template(tmp_path / "template")
     cruft_create(template, tmp_path / "projects", {"project_name": "Cruft Made"})
     project = tmp_path / "projects" / "cruft-made"
     assert (project / ".cruft.json").is_file()

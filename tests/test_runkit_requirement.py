@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 import jinja2
 import pytest
-from conftest import ROOT, copy_template, cruft, git
+from conftest import ROOT, committed_template, cruft, git
 from packaging.requirements import Requirement
 
 TAG = "runkit-v0.1.0"
@@ -58,12 +58,7 @@ def generate(tmp_path: Path) -> Callable[..., Path]:
 def repository(tmp_path: Path) -> tuple[Path, str]:
     """A bare git repository of this working tree, committed, with the tag ``TAG`` and a later commit on main past
     it; the later commit."""
-    work = tmp_path / "work"
-    work.mkdir()
-    copy_template(work)
-    git(work, "init", "--quiet", "--initial-branch=main")
-    git(work, "add", "--all")
-    git(work, "commit", "--quiet", "--message=template")
+    work = committed_template(tmp_path / "work")
     git(work, "tag", TAG)
     git(work, "commit", "--quiet", "--allow-empty", "--message=after the tag")
     git(tmp_path, "clone", "--quiet", "--bare", str(work), "template.git")
