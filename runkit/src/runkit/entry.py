@@ -40,8 +40,7 @@ def main(args: Sequence[Any] | None = None, project: Project | None = None) -> N
     ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
     config (``<package> search --help``; needs the ``search`` extra).
     """
-    project = make_current(project or Project())
-    alias_old_kit(project.program)  # runs made before the kit was a library name `<package>.kit.X`
+    project = started(project)
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
     if argv[:1] == ["runs"]:
         from jsonargparse import auto_cli
@@ -61,6 +60,14 @@ def main(args: Sequence[Any] | None = None, project: Project | None = None) -> N
         search(argv[1:], project)
         return
     _run(argv if args is not None else None, project)
+
+
+def started(project: Project | None) -> Project:
+    """``project`` (or the bare default) made the process's current one, its old kit's class paths read as runkit's
+    (runs made before the kit was a library name ``<package>.kit.X``)."""
+    project = make_current(project or Project())
+    alias_old_kit(project.program)
+    return project
 
 
 def refused_at_once(argv: list[str]) -> str | None:
@@ -98,6 +105,5 @@ def build_cli(args: Sequence[Any] | None = None, run: bool = True, project: Proj
     """The command line's objects for ``args`` (see ``command/cli.py``), run with ``run``."""
     from .command.cli import build_cli as build
 
-    project = make_current(project or Project())
-    alias_old_kit(project.program)
+    project = started(project)
     return build(args, run=run, project=project)
