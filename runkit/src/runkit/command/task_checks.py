@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from ..bad_input import BadInputError
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
+from ..store import StoreError, location
 from ..writable import unwritable
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
@@ -75,7 +76,13 @@ def check_paths(trainer: pl.Trainer) -> None:
 
 def check_folder(key: str, folder: str | Path | None) -> None:
     """Refuses a folder (named by config ``key``) that cannot be created or written."""
-    if folder is None or "://" in str(folder):  # remote storage: checked by its own client
+    if folder is None:
+        return
+    if "://" in str(folder):  # a store: its filesystem must be installed; what it allows, its client says
+        try:
+            location(folder)
+        except StoreError as error:
+            raise BadInputError(f"{key}: {error}") from None
         return
     path = Path(folder)
     existing = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest

@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import warnings
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+from ..store import RunPath, location
 
 QUIET_LINES = (
     "💡 Tip:",  # lightning 2.6: an advertisement for LitLogger, on every run
@@ -56,12 +57,12 @@ def quiet_lightning() -> None:
         warnings.filterwarnings("ignore", message=message)
 
 
-def run_line(directory: Path, how: str, seed: object) -> str:
+def run_line(directory: RunPath, how: str, seed: object) -> str:
     """The first line of a ``fit``: its run folder, how it starts (new, resumed from ...), and the seed."""
     return f"Run {directory}: {how}{f', seed {seed}' if seed is not None else ''}"
 
 
-def closing_block(program: str, directory: Path, trainer: pl.Trainer, session: dict[str, Any]) -> str:
+def closing_block(program: str, directory: RunPath, trainer: pl.Trainer, session: dict[str, Any]) -> str:
     """What a ``fit`` prints last (see the module); ``session`` is its record in ``provenance.yaml``."""
     status = session.get("status") or "ended"
     signal = f" by {session['signal']}" if session.get("signal") else ""
@@ -71,7 +72,7 @@ def closing_block(program: str, directory: Path, trainer: pl.Trainer, session: d
         + (f", {took:.1f} s" if took is not None else "")
     ]
     best = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
-    if best is not None and best.best_model_score is not None and Path(best.best_model_path).is_file():
+    if best is not None and best.best_model_score is not None and location(best.best_model_path).is_file():
         lines.append(f"  best {best.monitor} {float(best.best_model_score):.4g}: {best.best_model_path}")
     config = directory / "config.yaml"
     checkpoints = [name for name in ("best", "last") if (directory / "checkpoints" / f"{name}.ckpt").is_file()]

@@ -12,13 +12,14 @@ other checkpoint starts a new run, and leaves the one it came from untouched (``
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import count
-from pathlib import Path
 from typing import Any
 
 from ..project import current
+from ..store import RunPath, StoreError, StorePath, location
 from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
@@ -49,22 +50,22 @@ class RunDirectory:
 class RunPlan:
     """What a command works on: the run folder, the checkpoint to load, and whether ``fit`` creates the folder."""
 
-    experiment_dir: Path
-    directory: Path | None  # None: no run (a new unnamed one, or a command that uses no run)
+    experiment_dir: RunPath
+    directory: RunPath | None  # None: no run (a new unnamed one, or a command that uses no run)
     ckpt_path: str | None
     create: bool = False
     resumed: bool = False  # `fit` continues this run in place, from its own last.ckpt
-    parent: Path | None = None  # `fit` starts a new run from this run's checkpoint (best, or another run's)
+    parent: RunPath | None = None  # `fit` starts a new run from this run's checkpoint (best, or another run's)
     name: str | None = None  # the new run's folder name (null: its start time)
 
-    def make(self) -> Path:
+    def make(self) -> RunPath:
         """Creates the run's folder if the plan says so; returns the folder the command works in."""
         if self.create:
             self.directory = create_run(self.experiment_dir, self.name)
         return self.directory or self.experiment_dir
 
 
-def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None, decides: bool = True) -> RunPlan:
+def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | None, decides: bool = True) -> RunPlan:
     """Decides which run a command works on, from ``run.name`` and ``--ckpt_path``; writes nothing.
 
     Only a run's ``last`` continues that run in place (``--ckpt_path last``, or its ``last.ckpt`` by path). ``fit``
@@ -95,11 +96,12 @@ def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None
         return plan
     parent = None
     if ckpt_path is not None and ckpt_path not in LIGHTNING_ALIASES:
-        if not Path(ckpt_path).is_file():
+        checkpoint = location(ckpt_path)
+        if not checkpoint.is_file():
             raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
-        owner = run_of(Path(ckpt_path))
+        owner = run_of(checkpoint)
         own_run = owner is not None and (named is None or named.resolve() == owner.resolve())
-        if own_run and (not fitting or Path(ckpt_path).name == "last.ckpt"):
+        if own_run and (not fitting or checkpoint.name == "last.ckpt"):
             return RunPlan(experiment_dir, owner, ckpt_path, resumed=fitting)
         if not fitting:
             plan.directory = owner or named
@@ -117,8 +119,10 @@ def plan_run(run: RunDirectory, root: Path, fitting: bool, ckpt_path: str | None
     return plan
 
 
-def create_run(experiment_dir: Path, name: str | None) -> Path:
-    """A new, empty run folder: ``name``, or the current time. ``os.mkdir`` is atomic: no two fits share one."""
+def create_run(experiment_dir: RunPath, name: str | None) -> RunPath:
+    """A new, empty run folder: ``name``, or the current time. ``os.mkdir`` is atomic: no two fits share one. A store
+    has no folders: a time not taken yet names the run, and its lock, a conditional write, is what no two fits share
+    (``lock.py``)."""
     experiment_dir.mkdir(parents=True, exist_ok=True)
     if name is not None:
         path = experiment_dir / name
@@ -135,17 +139,17 @@ def create_run(experiment_dir: Path, name: str | None) -> Path:
     raise AssertionError("unreachable")
 
 
-def is_run(path: Path) -> bool:
+def is_run(path: RunPath) -> bool:
     """Whether ``path`` is a run folder (it holds a config, a provenance record or checkpoints)."""
     return any((path / name).exists() for name in ("provenance.yaml", "config.yaml", CHECKPOINTS))
 
 
-def runs(experiment_dir: Path) -> list[Path]:
+def runs(experiment_dir: RunPath) -> list[RunPath]:
     """The runs of an experiment, oldest first (by their recorded start, else by the folder's time)."""
     return [run for run, _ in runs_with_records(experiment_dir)]
 
 
-def runs_with_records(experiment_dir: Path) -> list[tuple[Path, dict[str, Any] | None]]:
+def runs_with_records(experiment_dir: RunPath) -> list[tuple[RunPath, dict[str, Any] | None]]:
     """The runs of an experiment, oldest first, each with its provenance record (``None``: it has none), each
     record read once. A run whose ``provenance.yaml`` is not a record is named once on stderr and skipped."""
     if not experiment_dir.is_dir():
@@ -159,20 +163,25 @@ def runs_with_records(experiment_dir: Path) -> list[tuple[Path, dict[str, Any] |
     return sorted(found, key=lambda item: _started(*item))
 
 
-def newest_run(experiment_dir: Path, filename: str) -> Path | None:
+def newest_run(experiment_dir: RunPath, filename: str) -> RunPath | None:
     """The newest run of the experiment that has ``checkpoints/<filename>``."""
     return next((run for run in reversed(runs(experiment_dir)) if (run / CHECKPOINTS / filename).is_file()), None)
 
 
-def run_of(checkpoint: Path) -> Path | None:
+def run_of(checkpoint: RunPath) -> RunPath | None:
     """The run that wrote ``checkpoint`` (a file in ``<run>/checkpoints/``), or ``None``."""
     folder = checkpoint.parent
     return folder.parent if folder.name == CHECKPOINTS and is_run(folder.parent) else None
 
 
-def _started(run: Path, record: dict[str, Any] | None) -> tuple[str, str]:
+def _started(run: RunPath, record: dict[str, Any] | None) -> tuple[str, str]:
     sessions = (record or {}).get("sessions") or [{}]
-    started = sessions[0].get("started") or datetime.fromtimestamp(run.stat().st_mtime).astimezone().isoformat()
+    if not (started := sessions[0].get("started")):
+        try:  # a store's folder has no time of its own: its config's
+            mtime = (run / "config.yaml" if isinstance(run, StorePath) else run).stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        started = datetime.fromtimestamp(mtime).astimezone().isoformat()
     return str(started), run.name
 
 
@@ -183,16 +192,22 @@ def list_runs(root: str = "runs", experiment: str | None = None) -> None:
     trained, best value of the monitored metric, command.
 
     Args:
-        root: The folder that holds the experiments (``trainer.default_root_dir``).
+        root: The folder that holds the experiments (``trainer.default_root_dir``; a store's URL: ``s3://b/runs``).
         experiment: Only this experiment's runs; ``null``: every experiment under ``root``.
     """
-    print(format_runs(Path(root), experiment))
+    try:
+        where = location(root)
+    except StoreError as error:  # before anything is read: one line, as every refusal
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(format_runs(where, experiment))
 
 
-def format_runs(root: Path, experiment: str | None = None) -> str:
+def format_runs(root: RunPath, experiment: str | None = None) -> str:
     """The table that ``list_runs`` prints, oldest run first within each experiment."""
     program = current().program
-    experiments = [root / experiment] if experiment else sorted(p for p in root.glob("*") if p.is_dir())
+    found = root.iterdir() if root.is_dir() else ()
+    experiments = [root / experiment] if experiment else sorted((p for p in found if p.is_dir()), key=str)
     rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND")]
     for experiment_dir in experiments:
         for run, found in runs_with_records(experiment_dir):

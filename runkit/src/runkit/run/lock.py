@@ -6,6 +6,13 @@ lock first (before it writes anything) and gives it back when its session ends. 
 with one line naming the holder. A holder that died (SIGKILL, a lost node) is detected and its lock taken
 over: on the same host, its process is gone; on another host, it stopped refreshing the lock (every
 ``REFRESH_S``) for more than ``STALE_S``.
+
+A run in a store (``store.py``) has no shared disk to take an exclusive file on: the lock is an object created by a
+conditional write (S3's ``If-None-Match: *``), which one process wins; the others are refused. Refreshing it
+rewrites it (its last-modified time is the store's clock, its age is judged against this machine's: clocks apart by
+more than ``STALE_S`` misjudge it). A stale one is deleted, then created anew: two processes taking over the same
+dead holder's lock within the same moment could both delete and one create after the other's create; a store
+without conditional writes (fsspec checks, then writes) has that window for every lock.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import socket
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 import yaml
+
+from ..store import RunPath, StorePath
 
 NAME = ".lock"
 REFRESH_S = 30.0  # how often a holder touches its lock
@@ -32,7 +40,7 @@ class RunLockedError(ValueError):
 class RunLock:
     """The lock on one run folder, held by this process between ``acquire`` and ``release``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: RunPath) -> None:
         self.path = directory / NAME
         self._stop = threading.Event()
         self._held = False
@@ -40,20 +48,15 @@ class RunLock:
     def acquire(self) -> None:
         """Takes the lock, or the lock of a holder that died; raises ``RunLockedError`` if a live process holds it."""
         for _ in range(3):  # another process may take over the same stale lock at the same moment
+            holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now().isoformat()}
             try:
-                descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                _create(self.path, yaml.safe_dump(holder))
             except FileExistsError:
                 holder = _holder(self.path)
                 if not _stale(self.path, holder):
                     raise RunLockedError(_refusal(self.path, holder)) from None
-                with contextlib.suppress(FileNotFoundError):  # whoever renames it first takes over
-                    os.rename(self.path, self.path.with_name(f"{NAME}.stale.{os.getpid()}"))
-                    self.path.with_name(f"{NAME}.stale.{os.getpid()}").unlink()
+                _take_over(self.path)
                 continue
-            with os.fdopen(descriptor, "w") as file:
-                yaml.safe_dump(
-                    {"host": socket.gethostname(), "pid": os.getpid(), "since": datetime.now().isoformat()}, file
-                )
             self._held = True
             threading.Thread(target=self._refresh, name="run-lock", daemon=True).start()
             return
@@ -69,10 +72,33 @@ class RunLock:
     def _refresh(self) -> None:
         while not self._stop.wait(REFRESH_S):
             with contextlib.suppress(OSError):
-                os.utime(self.path)
+                if isinstance(self.path, StorePath):  # an object's time changes only with its bytes: rewritten
+                    self.path.write_bytes(self.path.read_bytes())
+                else:
+                    os.utime(self.path)
 
 
-def _holder(path: Path) -> dict[str, object]:
+def _create(path: RunPath, text: str) -> None:
+    """Creates the lock file holding ``text``; raises ``FileExistsError`` if it exists (one process wins)."""
+    if isinstance(path, StorePath):
+        path.create_new(text.encode())
+        return
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+
+
+def _take_over(path: RunPath) -> None:
+    """Removes a stale lock, so that ``_create`` can be tried again."""
+    if isinstance(path, StorePath):
+        path.unlink(missing_ok=True)  # no rename in a store: see the module
+        return
+    with contextlib.suppress(FileNotFoundError):  # whoever renames it first takes over
+        os.rename(path, path.with_name(f"{NAME}.stale.{os.getpid()}"))
+        path.with_name(f"{NAME}.stale.{os.getpid()}").unlink()
+
+
+def _holder(path: RunPath) -> dict[str, object]:
     try:
         holder = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
@@ -80,7 +106,7 @@ def _holder(path: Path) -> dict[str, object]:
     return holder if isinstance(holder, dict) else {}
 
 
-def _stale(path: Path, holder: dict[str, object]) -> bool:
+def _stale(path: RunPath, holder: dict[str, object]) -> bool:
     pid = holder.get("pid")
     if holder.get("host") == socket.gethostname() and isinstance(pid, int):
         return not _alive(pid)
@@ -100,7 +126,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _refusal(path: Path, holder: dict[str, object]) -> str:
+def _refusal(path: RunPath, holder: dict[str, object]) -> str:
     who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
     return (
         f"run {path.parent} is being written by {who}: wait for it to end, or stop it; a holder that dies gives"

@@ -36,6 +36,7 @@ from ..safety.digests import KEY as DIGESTS
 from ..safety.digests import DigestBook
 from ..safety.nonfinite import NonFiniteError
 from ..safety.signals import STOPS, signal_of
+from ..store import RunPath, StorePath
 from .facts import devices, git_state, now, versions
 from .records import FILE, read_record, record_problem
 
@@ -60,7 +61,7 @@ def status_of(error: BaseException | None) -> tuple[str, str | None]:
 class RunRecord:
     """The provenance of one run, kept in ``<run>/provenance.yaml``; only the process of global rank 0 writes it."""
 
-    def __init__(self, directory: Path, writer: bool) -> None:
+    def __init__(self, directory: RunPath, writer: bool) -> None:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
         self._progress: dict[str, Any] | None = None  # gathered for a checkpoint being written, not yet committed
@@ -166,6 +167,9 @@ class RunRecord:
     def write(self) -> None:
         """Writes ``provenance.yaml`` whole (the only code that does; rank 0 only)."""
         if not self.writer:
+            return
+        if isinstance(self.directory, StorePath):  # one write: the object appears whole (store.py)
+            (self.directory / FILE).write_text(yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True))
             return
         partial = self.directory / f".{FILE}.{os.getpid()}.tmp"
         partial.write_text(yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True))

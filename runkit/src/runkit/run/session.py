@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -27,6 +26,7 @@ from ..legacy import current_names
 from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
+from ..store import RunPath, StorePath, location, remove_tree
 from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .lock import RunLock
 from .provenance import Provenance, RunRecord, describe_origin
@@ -44,7 +44,7 @@ class RunSession:
     plan: RunPlan | None = None
     record: RunRecord | None = None  # set for `fit` only: the run it writes
     origin: dict[str, Any] | None = None  # epoch, step and provenance of the checkpoint it loads
-    directory: Path = field(default_factory=Path)
+    directory: RunPath = field(default_factory=Path)
     lock: RunLock | None = None  # held by the process that writes the run (fit, global rank 0)
     trainer: pl.Trainer | None = None  # set when the session starts (fit)
     program: str = ""  # the command's program, for the commands of the closing block
@@ -68,7 +68,7 @@ class RunSession:
         # `fast_dev_run` writes no checkpoints and no logs: it gets no run either.
         fitting = self.subcommand == "fit" and not trainer_config.get("fast_dev_run")
         writer = is_global_zero_process()
-        plan = plan_run(run, Path(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
+        plan = plan_run(run, location(trainer_config.get("default_root_dir") or "."), fitting, ckpt_path, writer)
         if plan.ckpt_path is not None and plan.ckpt_path not in LIGHTNING_ALIASES:
             if not plan.resumed:  # a resume says first which keys of its command differ (check_resume)
                 check_checkpoint(plan.ckpt_path, model)
@@ -145,7 +145,10 @@ class RunSession:
             config["run"]["name"] = self.directory.name
             for key in FIT_ONLY:  # so that every subcommand (validate, export, lr_find, ...) reads this file
                 config.pop(key, None)
-            parser.save(config, path, skip_none=False, overwrite=False)
+            if isinstance(path, StorePath):  # jsonargparse writes local files only: one object, the config whole
+                path.write_text(parser.dump(config, skip_none=False))
+            else:
+                parser.save(config, path, skip_none=False, overwrite=False)
         return [Provenance(self.record, path.read_text() if path.is_file() else "")]
 
     def tracks(self) -> bool:
@@ -224,9 +227,10 @@ class RunSession:
         if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
             return
         self.release()
-        shutil.rmtree(record.directory)
-        with contextlib.suppress(OSError):
-            os.removedirs(record.directory.parent)
+        remove_tree(record.directory)
+        if not isinstance(record.directory, StorePath):  # a store's folders go with their last object
+            with contextlib.suppress(OSError):
+                os.removedirs(record.directory.parent)
         self.record = None
 
 
@@ -234,7 +238,7 @@ def _class_path(spec: object) -> object:
     return spec.get("class_path") if isinstance(spec, dict) else spec
 
 
-def _parent(run: Path, ckpt_path: str | None, origin: dict[str, Any]) -> dict[str, Any]:
+def _parent(run: RunPath, ckpt_path: str | None, origin: dict[str, Any]) -> dict[str, Any]:
     """Where a run that started from another run's checkpoint came from (kept in its provenance)."""
     record = origin.get("provenance") or {}
     name = f"{record.get('experiment')}/{record.get('run')}" if record.get("run") else str(run)

@@ -5,11 +5,16 @@ over the old one, so a crash at any moment leaves either the old file or the new
 either. Lightning's own ``_atomic_save`` stages the bytes through ``$TMPDIR`` (a cross-device move that
 fails, or fills ``/tmp``: lightning#20270, #21253) and never fsyncs. Each file's SHA-256 is computed as it is written
 and recorded by the run, then checked when it is read (``digests.py``).
+
+A checkpoint in a store (``s3://...``: ``store.py``) is serialized in memory, hashed, its digest recorded, then
+uploaded in one write: the object appears whole or not at all, and a crash mid-upload leaves the one before as it
+was. Lightning's fsspec path writes it the same way, but records nothing and reads it back unchecked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import socket
 import time
@@ -21,6 +26,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..store import RunPath, StorePath, location
 from .digests import HashingWriter, Written, verify
 from .finite import listed, nonfinite_in_checkpoint
 from .nonfinite import ADVICE, NonFiniteCheckpointError
@@ -37,7 +43,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint plugin with crash-proof local writes, ``weights_only`` reads, and no NaN or Inf.
 
     A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
-    the file on disk keeps its last finite state. Remote paths (``s3://...``) keep Lightning's fsspec transaction.
+    the file on disk keeps its last finite state. A store's paths (``s3://...``) are written in one upload.
     Each function in ``writing`` is called with the path, the new file's digest and its global step before the
     file replaces the old one (``digests.DigestBook`` records it then); each in ``saved`` with the path once the
     checkpoint is on disk (``provenance.py`` writes the run's progress then). A local file whose run recorded its
@@ -46,8 +52,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def __init__(self) -> None:
         super().__init__()
-        self.writing: list[Callable[[Path, Written, int | None], None]] = []
-        self.saved: list[Callable[[Path], None]] = []
+        self.writing: list[Callable[[RunPath, Written, int | None], None]] = []
+        self.saved: list[Callable[[RunPath], None]] = []
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
         if bad := nonfinite_in_checkpoint(checkpoint):
@@ -55,20 +61,21 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"refused to write {path} at global step {checkpoint.get('global_step')}: {listed(bad)} hold NaN or"
                 f" Inf; the file keeps the last finite state it had. {ADVICE}"
             )
-        if storage_options is not None or "://" in str(path):
+        if storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
-        elif self.writing:
-            step = checkpoint.get("global_step")
+            return
+        target, step = location(path), checkpoint.get("global_step")
 
-            def record(written: Written) -> None:
-                for listener in self.writing:
-                    listener(Path(path), written, step)
+        def record(written: Written) -> None:
+            for listener in self.writing:
+                listener(target, written, step)
 
-            atomic_save(checkpoint, Path(path), record)
+        if isinstance(target, StorePath):
+            upload(checkpoint, target, record)
         else:
-            atomic_save(checkpoint, Path(path))
+            atomic_save(checkpoint, target, record if self.writing else None)
         for listener in self.saved:
-            listener(Path(path))
+            listener(target)
 
     def load_checkpoint(
         self,
@@ -78,8 +85,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> dict[str, Any]:
         # Tensors load onto the CPU, whatever device wrote them; the Trainer then moves the model and the
         # optimizer state to its own device. `weights_only=None` (Lightning's default) means True.
-        if "://" not in str(path):
-            verify(path)  # the command line checked it already (read_checkpoint): hashed once per process
+        source = location(path)
+        if isinstance(source, StorePath):  # read once, and checked as read: Lightning's fsspec read checks nothing
+            data = source.read_bytes()
+            verify(source, data)
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only is not False)
+        verify(source)  # the command line checked it already (read_checkpoint): hashed once per process
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only is not False)
 
 
@@ -118,6 +129,22 @@ def atomic_save(obj: object, path: Path, before_replace: Callable[[Written], obj
         if (reason := _failed_write(error)) is not None:
             raise CheckpointWriteError(f"cannot write checkpoint {path}: {reason}") from error
         raise
+
+
+def upload(obj: object, path: StorePath, before_replace: Callable[[Written], object]) -> None:
+    """``torch.save(obj)`` into memory, hashed; ``before_replace`` gets the digest; then one write to the store.
+
+    Raises:
+        CheckpointWriteError: the store refused or lost the write (what it held before is intact).
+    """
+    buffer = io.BytesIO()
+    with HashingWriter(buffer) as hashing:
+        torch.save(obj, hashing)
+    before_replace(hashing.written())
+    try:
+        path.write_bytes(buffer.getbuffer())
+    except OSError as error:
+        raise CheckpointWriteError(f"cannot write checkpoint {path}: {error}") from error
 
 
 def _failed_write(error: BaseException) -> str | None:

@@ -8,6 +8,7 @@ command with a clear message and leaves every file as it was.
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 import zipfile
@@ -21,6 +22,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..lightning_internals import logged_names
+from ..store import RunPath, StorePath, location
 from ..text import plain
 from .boundaries import StepBoundary
 from .compiled_keys import plain_key
@@ -31,12 +33,12 @@ from .monitor_mode import checked_mode, without_loader
 LAST, BEST = "last", "best"
 
 
-def checkpoint_dir(trainer: pl.Trainer) -> Path:
+def checkpoint_dir(trainer: pl.Trainer) -> RunPath:
     """The run's ``checkpoints/`` folder: the one ``ModelCheckpoint`` uses, inside the run directory."""
     for callback in trainer.callbacks:  # type: ignore[attr-defined]
         if isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            return Path(callback.dirpath)
-    return Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
+            return location(callback.dirpath)
+    return location(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -145,7 +147,7 @@ def moved_with_the_run(state_dict: dict[str, Any], dirpath: str | None) -> dict[
         return state_dict
 
     def moved(path: object) -> object:
-        return str(Path(dirpath) / Path(path).name) if isinstance(path, str) and path.startswith(before) else path
+        return str(location(dirpath) / Path(path).name) if isinstance(path, str) and path.startswith(before) else path
 
     state = {key: moved(value) for key, value in state_dict.items()}
     state["dirpath"] = dirpath
@@ -177,10 +179,10 @@ class LastCheckpoint(StepBoundary, Checkpoint):
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1 or null, got {every_n_train_steps}")
         self.every_n_train_steps = every_n_train_steps
-        self.path: Path | None = None
+        self.path: RunPath | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.path = Path(trainer.strategy.broadcast(str(checkpoint_dir(trainer) / f"{LAST}.ckpt")))
+        self.path = location(trainer.strategy.broadcast(str(checkpoint_dir(trainer) / f"{LAST}.ckpt")))
 
     def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
@@ -194,16 +196,17 @@ class LastCheckpoint(StepBoundary, Checkpoint):
         if trainer.sanity_checking or trainer.fast_dev_run or trainer.state.fn != TrainerFn.FITTING:
             return
         assert self.path is not None, "setup() sets the path"
-        trainer.save_checkpoint(self.path, weights_only=False)  # the full training state
+        trainer.save_checkpoint(str(self.path), weights_only=False)  # the full training state
 
 
-def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
+def resolve_ckpt_path(ckpt_path: str, run_dir: str | RunPath) -> str:
     """The file ``--ckpt_path`` names: ``best``/``last`` of ``run_dir``'s ``checkpoints/``, or the path itself.
 
     Raises ``ValueError`` if there is no such file. (The command line resolves ``best``/``last`` across runs:
     see ``run/folders.plan_run``.)
     """
-    path = Path(run_dir) / "checkpoints" / f"{ckpt_path}.ckpt" if ckpt_path in (BEST, LAST) else Path(ckpt_path)
+    run = location(run_dir) if isinstance(run_dir, str) else run_dir
+    path = run / "checkpoints" / f"{ckpt_path}.ckpt" if ckpt_path in (BEST, LAST) else location(ckpt_path)
     if not path.is_file():
         raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file {path}")
     return str(path)
@@ -212,12 +215,17 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | Path) -> str:
 def read_checkpoint(path: str) -> dict[str, Any]:
     """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
     reasons: its bytes are not those its run recorded, ``digests.py``)."""
-    if Path(path).stat().st_size == 0:
+    source = location(path)
+    data = source.read_bytes() if isinstance(source, StorePath) else None  # a store's object: read once
+    if (len(data) if data is not None else source.stat().st_size) == 0:
         raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")
     try:
-        # mmap: tensors are mapped, not read, so this costs little even for large checkpoints. Only torch's zip
-        # format maps; the legacy format (torch < 1.6, or `_use_new_zipfile_serialization=False`) is read whole.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        if data is not None:
+            checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        else:
+            # mmap: tensors are mapped, not read, so this costs little even for large checkpoints. Only torch's zip
+            # format maps; the legacy format (torch < 1.6, or `_use_new_zipfile_serialization=False`) is read whole.
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as error:
         # torch's message for a refused object names it (and carries terminal colour codes); for bytes that are
         # no pickle at all (a damaged legacy file), it says which opcode it could not read.
@@ -236,7 +244,7 @@ def read_checkpoint(path: str) -> dict[str, Any]:
         raise ValueError(f"checkpoint {path} is not readable (truncated or corrupt?): {error!r}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         raise ValueError(f"checkpoint {path} is not a Lightning checkpoint: it has no 'state_dict'")
-    verify(path)  # after the checks above, which say more about a file that is not a checkpoint at all
+    verify(source, data)  # after the checks above, which say more about a file that is not a checkpoint at all
     return checkpoint
 
 

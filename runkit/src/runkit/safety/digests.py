@@ -19,6 +19,9 @@ The record never refuses a good checkpoint, whenever the writer is killed. A wri
 
 A load accepts the entry's digest or its pending one: killed before 3, the old file matches the entry; after
 it, the new one matches ``pending``.
+
+A run in a store (``store.py``) keeps the same order, without fsyncs: its record and its checkpoint are each
+one write (the object is whole or absent), step 3 is the checkpoint's upload, and a load hashes the bytes it read.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from types import TracebackType
 from typing import Any, NamedTuple, Protocol
 
 import yaml
+
+from ..store import RunPath, StorePath, location
 
 RECORD_FILE = "provenance.yaml"  # a run's record (run/records.py's FILE)
 KEY = "checkpoints"  # the record's mapping of checkpoint files (relative to the run folder) to their digests
@@ -89,7 +94,7 @@ class HashingWriter:
 class Record(Protocol):
     """The run's record as ``DigestBook`` writes into it (``run/provenance.RunRecord``)."""
 
-    directory: Path
+    directory: RunPath
     data: dict[str, Any]
 
     def write(self) -> None: ...
@@ -101,7 +106,7 @@ class DigestBook:
     def __init__(self, record: Record) -> None:
         self.record = record
 
-    def writing(self, path: Path, written: Written, step: int | None) -> None:
+    def writing(self, path: RunPath, written: Written, step: int | None) -> None:
         """Records ``written`` as ``path``'s pending digest, durably; called before the new file replaces the old."""
         key = _key(path, self.record.directory)
         if key is None:
@@ -113,7 +118,7 @@ class DigestBook:
         _fsync(self.record.directory / RECORD_FILE)
         _fsync(self.record.directory)  # the record's rename
 
-    def saved(self, path: Path) -> None:
+    def saved(self, path: RunPath) -> None:
         """Makes ``path``'s pending digest its entry, once the file is in place."""
         key = _key(path, self.record.directory)
         entries = self.record.data.get(KEY) or {}
@@ -123,12 +128,14 @@ class DigestBook:
             self.record.write()
 
 
-def verify(path: str | Path) -> None:
-    """Raises ``ValueError`` (one line naming the file) if ``path``'s run recorded another digest for it.
+def verify(path: str | RunPath, data: bytes | None = None) -> None:
+    """Raises ``ValueError`` (one line naming the file) if ``path``'s run recorded another digest for it; ``data``: the
+    bytes read from it (a store's object, hashed as they are rather than downloaded again).
 
     A file without a record (not written by this kit into a run folder, or its entry deleted) passes unchecked.
     """
-    found = recorded(Path(path))
+    path = location(path) if isinstance(path, str) else path
+    found = recorded(path)
     if found is None:
         return
     record, entry = found
@@ -136,7 +143,7 @@ def verify(path: str | Path) -> None:
     accepted = [digest for digest in candidates if isinstance(digest, dict) and digest.get(ALGORITHM)]
     if not accepted:
         return
-    actual = file_sha256(Path(path))
+    actual = hashlib.sha256(data).hexdigest() if data is not None else file_sha256(path)
     if any(actual == digest[ALGORITHM] for digest in accepted):
         return
     expected = " or ".join(f"{digest[ALGORITHM]} (step {digest.get('step')})" for digest in accepted)
@@ -147,9 +154,10 @@ def verify(path: str | Path) -> None:
     )
 
 
-def recorded(path: Path) -> tuple[Path, dict[str, Any]] | None:
+def recorded(path: RunPath) -> tuple[RunPath, dict[str, Any]] | None:
     """The record of the run folder that holds ``path`` (its parent or grandparent), and ``path``'s entry in it."""
-    for run in list(path.resolve().parents)[:2]:
+    path = path.resolve()
+    for run in (path.parent, path.parent.parent):
         record = run / RECORD_FILE
         if not record.is_file():
             continue
@@ -166,8 +174,14 @@ def recorded(path: Path) -> tuple[Path, dict[str, Any]] | None:
 _HASHED: dict[tuple[int, int, int, int], str] = {}  # (device, inode, size, mtime) -> SHA-256, files hashed already
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: RunPath) -> str:
     """The SHA-256 (hex) of the file's bytes; one file is hashed once per process while it stays the same file."""
+    if isinstance(path, StorePath):  # streamed, each time: an object has no inode to know it again by
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            while chunk := file.read(_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
     stat = path.stat()
     identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)  # a rewrite (rename) is another inode
     if identity not in _HASHED:
@@ -181,15 +195,19 @@ def file_sha256(path: Path) -> str:
     return _HASHED[identity]
 
 
-def _key(path: Path, run: Path) -> str | None:
+def _key(path: RunPath, run: RunPath) -> str | None:
     """``path`` relative to the run folder ``run``, as the record names it (``None``: outside it)."""
+    if isinstance(path, StorePath) or isinstance(run, StorePath):
+        inside = isinstance(path, StorePath) and isinstance(run, StorePath) and str(path).startswith(f"{run}/")
+        return str(path)[len(str(run)) + 1 :] if inside else None
     relative = os.path.relpath(path.resolve(), run.resolve())
     return None if relative.startswith("..") or os.path.isabs(relative) else Path(relative).as_posix()
 
 
-def _fsync(path: Path) -> None:
-    # A file, or a folder (its entries: a rename); POSIX only, as checkpoint_io's.
-    if os.name != "posix":
+def _fsync(path: RunPath) -> None:
+    # A file, or a folder (its entries: a rename); POSIX only, as checkpoint_io's. A store's write is durable once
+    # it returns.
+    if os.name != "posix" or isinstance(path, StorePath):
         return
     handle = os.open(path, os.O_RDONLY)
     try:

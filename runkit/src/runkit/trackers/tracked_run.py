@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from ..store import location
 from .mlflow_logger import RunMLFlowLogger
 
 
@@ -21,7 +21,7 @@ class TrackedRun(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
-                callback.dirpath = str(Path(trainer.default_root_dir) / "checkpoints")
+                callback.dirpath = str(location(trainer.default_root_dir) / "checkpoints")
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

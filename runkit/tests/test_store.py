@@ -1,0 +1,140 @@
+"""A run whose root is an fsspec URL (``memory://`` here, in this process; ``s3://`` on a server: test_s3.py) lives
+there, whole: no local folder named after the URL, the same resume, checks and listing as a local run."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+
+import fsspec
+import pytest
+import torch
+import yaml
+from fsspec.registry import known_implementations as KNOWN
+
+from runkit.run.folders import format_runs
+from runkit.run.lock import RunLock, RunLockedError
+from runkit.store import StorePath, location
+from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, fit_exit_code, refused
+
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+
+
+@pytest.fixture
+def bucket() -> Iterator[str]:
+    """A folder of its own in fsspec's memory store (this process's), removed afterwards."""
+    name = f"bucket-{uuid.uuid4().hex[:8]}"
+    yield f"memory://{name}/runs"
+    with contextlib.suppress(FileNotFoundError):  # nothing written
+        fsspec.filesystem("memory").rm(f"/{name}", recursive=True)
+
+
+def load(path: StorePath | Path) -> dict:
+    return torch.load(path.open("rb") if isinstance(path, StorePath) else path, weights_only=True)
+
+
+def exit_code(cli: ModuleType, *args: str) -> int:
+    """Runs a command in this process; its exit code (0: it ended normally)."""
+    try:
+        cli.build_cli(list(args))
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
+def local_folders_named_after(url: str, below: Path) -> list[Path]:
+    """Folders under ``below`` named as ``Path(url)`` names them (``memory:``, ``s3:``): a run written locally."""
+    protocol = url.partition("://")[0]
+    return [path for path in below.rglob(f"{protocol}:*")]
+
+
+def test_a_run_in_a_store_stops_resumes_exactly_and_is_listed(
+    cli: ModuleType, in_tmp: Path, bucket: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    straight = tmp_path_factory.mktemp("straight") / "runs" / "fixture" / "straight"
+    assert fit_exit_code(cli, straight) == 0
+    run = location(bucket) / "fixture" / "cut"
+    flags = [f"--trainer.default_root_dir={bucket}", "--run.name=cut"]
+    stop = fault("SignalAtStep", step=20, signum=15)
+    assert exit_code(cli, "fit", *flags, stop, "--last_checkpoint.every_n_train_steps=1") == 143
+    assert load(run / "checkpoints" / "last.ckpt")["global_step"] == 20
+    listed = format_runs(location(bucket))
+    assert "preempted" in listed
+    assert f"fit -c {bucket}/fixture/cut/config.yaml --ckpt_path last" in listed
+    assert exit_code(cli, "fit", *flags, "--ckpt_path=last", "--seed_everything=7") == 0
+    resumed, expected = load(run / "checkpoints" / "last.ckpt"), load(straight / "checkpoints" / "last.ckpt")
+    for key in EXACT:
+        assert_identical(resumed[key], expected[key], key)
+    record = yaml.safe_load((run / "provenance.yaml").read_text())
+    assert [session["status"] for session in record["sessions"]] == ["preempted", "finished"]
+    assert record["checkpoints"]["checkpoints/last.ckpt"]["step"] == 32
+    assert {path.name for path in run.iterdir()} >= {"config.yaml", "provenance.yaml", "checkpoints"}
+    assert any(path.name.startswith("events.out.tfevents") for path in run.iterdir())  # TensorBoard's, there too
+    assert not (run / ".lock").exists()  # given back
+    assert local_folders_named_after(bucket, in_tmp) == []
+    assert "finished" in format_runs(location(bucket))
+
+
+def test_a_checkpoint_in_a_store_is_checked_against_its_digest(
+    cli: ModuleType, in_tmp: Path, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [f"--trainer.default_root_dir={bucket}", "--run.name=r", "--trainer.max_epochs=1"]
+    assert exit_code(cli, "fit", *flags) == 0
+    last = location(bucket) / "fixture" / "r" / "checkpoints" / "last.ckpt"
+    data = bytearray(last.read_bytes())
+    data[len(data) // 2] ^= 1  # one bit, somewhere in a tensor's bytes
+    last.write_bytes(bytes(data))
+    line = refused(capsys, lambda: cli.build_cli(["validate", *flags, "--ckpt_path=last"]))
+    assert "is not the file its run wrote" in line, line
+    assert local_folders_named_after(bucket, in_tmp) == []
+
+
+@pytest.mark.parametrize(
+    ("root", "extra"), [("gs://bucket/runs", "gcs"), ("az://container/runs", "azure"), ("nope://x/runs", None)]
+)
+def test_a_store_whose_filesystem_is_missing_is_one_line_and_writes_nothing(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str], root: str, extra: str | None
+) -> None:
+    protocol = root.partition(":")[0]
+    if extra is not None and importlib.util.find_spec(KNOWN[protocol]["class"].split(".")[0]) is not None:
+        pytest.skip(f"{protocol}'s filesystem is installed here")
+    line = refused(capsys, lambda: cli.build_cli(["fit", f"--trainer.default_root_dir={root}"]))
+    assert root in line
+    assert (f'pip install -e ".[{extra}]"' if extra else f"no filesystem knows the protocol {protocol}://") in line
+    assert list(in_tmp.iterdir()) == []
+
+
+def test_a_run_in_a_store_is_locked_by_a_conditional_write(bucket: str) -> None:
+    run = location(bucket) / "fixture" / "locked"
+    assert isinstance(run, StorePath)
+    first, second = RunLock(run), RunLock(run)
+    first.acquire()
+    try:
+        with pytest.raises(FileExistsError):
+            (run / ".lock").create_new(b"another writer")  # what a second process's lock is told
+        with pytest.raises(RunLockedError, match=f"process {os.getpid()} on"):
+            second.acquire()
+    finally:
+        first.release()
+    assert not (run / ".lock").exists()
+    second.acquire()  # free again
+    second.release()
+
+
+def test_a_stale_lock_in_a_store_is_taken_over(bucket: str) -> None:
+    run = location(bucket) / "fixture" / "stale"
+    (run / ".lock").write_text(yaml.safe_dump({"host": "gone", "pid": 1, "since": "2020-01-01"}))
+    lock = RunLock(run)
+    lock.path.fs.store[lock.path.path].created = datetime(
+        2020, 1, 1, tzinfo=timezone.utc
+    )  # long ago, never refreshed: its holder is gone
+    lock.acquire()
+    assert yaml.safe_load((run / ".lock").read_text())["pid"] == os.getpid()
+    lock.release()
