@@ -17,8 +17,12 @@ help: ## Show the targets.
 # the `mlflow` server package, whose pandas, numpy and aiohttp stay out of .venv (mlflow-server.txt says why).
 MLFLOW_VENV ?= .venv-mlflow
 MLFLOW_SERVER_REQUIREMENTS := runkit/tests/mlflow-server.txt
+# The S3 server the tests of runs in object storage start (moto's, S3 only; ~1 min to build), apart the same way.
+MOTO_VENV ?= .venv-moto
+MOTO_SERVER_REQUIREMENTS := runkit/tests/moto-server.txt
+SERVERS := MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow MOTO_SERVER=$(abspath $(MOTO_VENV))/bin/moto_server
 
-setup: $(VENV)/.installed $(MLFLOW_VENV)/.installed ## Create .venv with the pinned stack (constraints.txt), and .venv-mlflow.
+setup: $(VENV)/.installed $(MLFLOW_VENV)/.installed $(MOTO_VENV)/.installed ## Create .venv with the pinned stack (constraints.txt), .venv-mlflow and .venv-moto.
 
 $(VENV)/.installed: pyproject.toml constraints.txt runkit/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +37,11 @@ $(MLFLOW_VENV)/.installed: $(MLFLOW_SERVER_REQUIREMENTS)
 	$(MLFLOW_VENV)/bin/python -m pip install --quiet --no-deps --requirement "$(MLFLOW_SERVER_REQUIREMENTS)"
 	touch $@
 
+$(MOTO_VENV)/.installed: $(MOTO_SERVER_REQUIREMENTS)
+	$(PYTHON) -m venv $(MOTO_VENV)
+	$(MOTO_VENV)/bin/python -m pip install --quiet --no-deps --requirement "$(MOTO_SERVER_REQUIREMENTS)"
+	touch $@
+
 main: $(VENV)/.installed ## Bake a project with the default answers, train it on its default config, validate the best checkpoint.
 	rm -rf $(PROJECT)
 	$(BIN)/cookiecutter --no-input --output-dir $(BUILD) .
@@ -43,13 +52,13 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 # Two workers: runkit's suite and the generated project's (one test each, minutes) run beside the rest; idle ones
 # steal work.
 test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
-	MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
+	$(SERVERS) $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
 
 # Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
 # the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
 # runkit's long tests (~70 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
 test-faults: setup ## Run runkit's long tests, marked faults, that `make test` leaves out.
-	cd runkit && MLFLOW_SERVER=$(abspath $(MLFLOW_VENV))/bin/mlflow $(BIN)/python -m pytest --faults -m faults $(ARGS)
+	cd runkit && $(SERVERS) $(BIN)/python -m pytest --faults -m faults $(ARGS)
 
 test-stacks: setup ## Run the default project's suite on the lowest and the newest stack it declares (stacks-results.txt).
 	$(BIN)/python scripts/test_stacks.py --python $(PYTHON) $(ARGS)
@@ -68,5 +77,5 @@ bench: setup ## Measure runkit in a baked default project (runkit/docs/benchmark
 lint: setup ## Lint the template repository (generated projects are linted by the tests).
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-clean: ## Remove .venv, .venv-mlflow and build/.
-	rm -rf $(VENV) $(MLFLOW_VENV) $(BUILD)
+clean: ## Remove .venv, .venv-mlflow, .venv-moto and build/.
+	rm -rf $(VENV) $(MLFLOW_VENV) $(MOTO_VENV) $(BUILD)

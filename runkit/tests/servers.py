@@ -1,5 +1,5 @@
-"""Servers the kit's tests start for themselves on loopback ports: PostgreSQL (search studies, MLflow's store)
-and an MLflow tracking server (the trackers' tests)."""
+"""Servers the kit's tests start for themselves on loopback ports: PostgreSQL (search studies, MLflow's store),
+an MLflow tracking server (the trackers' tests) and an S3-protocol server (moto's: runs in object storage)."""
 
 from __future__ import annotations
 
@@ -126,6 +126,67 @@ def mlflow_server(store: str | None = None) -> Iterator[MlflowServer]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         yield MlflowServer(f"http://127.0.0.1:{port}", process, folder / "server.log")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 15)
+        process.wait(30)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+MOTO_SERVER_ENV = "MOTO_SERVER"
+"""The ``moto_server`` command of an environment with moto's server (``.venv-moto``, built by the template repository's
+``make setup`` from ``tests/moto-server.txt``; its ``make test`` sets this variable)."""
+
+
+def moto_server_command() -> str:
+    """The ``moto_server`` to start: ``$MOTO_SERVER``, else the repository's ``.venv-moto``; fails, saying how to get
+    one, without."""
+    for candidate in (os.environ.get(MOTO_SERVER_ENV), str(REPO / ".venv-moto" / "bin" / "moto_server")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    pytest.fail(
+        f"no S3 server to test runs in object storage against: run `make setup` (builds .venv-moto from"
+        f" runkit/tests/moto-server.txt) or set ${MOTO_SERVER_ENV} to the `moto_server` command of such an environment"
+    )
+
+
+@dataclass
+class S3Server:
+    """A running S3-protocol server: the environment a client needs to reach it (credentials and endpoint, as a
+    team's job gets them), and the bucket made for the tests."""
+
+    env: dict[str, str]
+    bucket: str
+    secret: str  # the secret access key: no file of a run may hold it
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on a free loopback port, with a bucket, once it answers (fails with its log otherwise)."""
+    folder = Path(tempfile.mkdtemp(prefix="kit-moto-"))
+    port = free_port()
+    command = [moto_server_command(), "-H", "127.0.0.1", "-p", str(port)]
+    with open(folder / "server.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    secret = f"kit-secret-{os.getpid()}-{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "kit-test-key",
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+    }
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{env['AWS_ENDPOINT_URL']}/", timeout=2):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"moto_server did not answer:\n{(folder / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.1)
+        bucket = "kit-runs"
+        request = urllib.request.Request(f"{env['AWS_ENDPOINT_URL']}/{bucket}", method="PUT")  # moto signs nothing
+        urllib.request.urlopen(request, timeout=10).close()
+        yield S3Server(env, bucket, secret)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, 15)

@@ -28,7 +28,7 @@ import fsspec
 from fsspec.core import split_protocol
 
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
-"""runkit's extra that installs the filesystem of each protocol (``pip install -e ".[s3]"``)."""
+"""runkit's extra that installs the filesystem of each protocol (``pip install "runkit[s3]"``)."""
 
 
 class StoreError(ValueError):
@@ -176,8 +176,8 @@ def location(where: str | os.PathLike[str] | StorePath) -> RunPath:
         kind = fsspec.get_filesystem_class(protocol)
     except ImportError as error:
         extra = EXTRAS.get(protocol)
-        install = f'pip install -e ".[{extra}]"' if extra else f"install {error.args[0].split()[-1]}"
-        raise StoreError(f"{text}: the {protocol}:// filesystem is not installed: {install} ({error})") from None
+        install = f"runkit's `{extra}` extra (pip install -e \".[{extra}]\" in runkit/)" if extra else "its package"
+        raise StoreError(f"{text}: the {protocol}:// filesystem is not installed: {error}; install {install}") from None
     except ValueError:
         raise StoreError(f"{text}: no filesystem knows the protocol {protocol}:// (fsspec's protocols)") from None
     # Listings are not cached: another process (a resume, a second job) writes the same run.

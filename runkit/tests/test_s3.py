@@ -1,0 +1,125 @@
+"""Runs in S3, on a real S3-protocol server process (moto's, from .venv-moto: servers.s3_server) through s3fs, as a
+team's jobs reach their bucket: credentials and endpoint from the environment. The run lives in the bucket whole,
+stops on a group SIGTERM, resumes from the bucket bit-exactly, and is listed there; no local folder is named after
+the URL, and no file of the run holds the secret key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+import yaml
+from servers import S3Server, s3_server
+from support import PACKAGE
+
+from runkit.run.lock import RunLock, RunLockedError
+from runkit.store import StorePath, location
+from runkit.testing.faults import fault
+from runkit.testing.support import assert_identical, child_path, fit_exit_code, launch
+
+pytest.importorskip("s3fs", reason="runs in S3 need runkit's `s3` extra (s3fs)")
+EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process reaches the server too (to read what the runs wrote), as the runs do: from the environment."""
+    for key, value in s3.env.items():
+        monkeypatch.setenv(key, value)
+    return s3.env
+
+
+def wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    """Waits until ``text`` is in ``log`` (fails, with the log, if the process ends first or it takes too long)."""
+    deadline = time.monotonic() + timeout
+    while text not in (log.read_text() if log.exists() else ""):
+        if process.poll() is not None or time.monotonic() > deadline:
+            why = f"exited {process.returncode}" if process.poll() is not None else f"not within {timeout} s"
+            raise AssertionError(f"waited for {text!r} in {log}: {why}\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
+@pytest.mark.faults  # ~60-90 s on 2 cores: three processes of the fixture task; test_store.py has its fast twin
+def test_a_run_in_s3_stops_on_a_group_sigterm_resumes_from_the_bucket_exactly_and_is_listed(
+    cli: ModuleType, in_tmp: Path, s3: S3Server, s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    straight = tmp_path_factory.mktemp("straight") / "runs" / "fixture" / "straight"
+    root = f"s3://{s3.bucket}/sigterm"
+    flags = [f"--trainer.default_root_dir={root}", "--run.name=cut", "--last_checkpoint.every_n_train_steps=1"]
+    log = in_tmp / "fit.log"
+    env = {**os.environ, "PYTHONPATH": child_path(), "PYTHONWARNINGS": "ignore"}
+    with open(log, "w") as out:  # a job of its own, as a scheduler starts one: SIGTERM goes to its whole group
+        job = subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, "fit", *flags, fault("SleepEachStep", seconds=0.1)],
+            cwd=in_tmp,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        # The straight run trains meanwhile; then the job is stopped in its second epoch, a checkpoint per step.
+        assert fit_exit_code(cli, straight) == 0
+        wait_for_line(log, "epoch 1/2", job)
+        os.killpg(job.pid, signal.SIGTERM)
+        assert job.wait(300) == 143, log.read_text()[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(60)
+    run = location(root) / "fixture" / "cut"
+    assert isinstance(run, StorePath)
+    stopped = _load(run / "checkpoints" / "last.ckpt")
+    assert 16 < stopped["global_step"] < 32, "stopped in the second epoch"
+    listed = launch(PACKAGE, "runs", "--root", root, cwd=in_tmp).stdout
+    assert "preempted" in listed, listed
+    assert f"fit -c {root}/fixture/cut/config.yaml --ckpt_path last" in listed, listed
+    resumed = launch(PACKAGE, "fit", *flags, "--ckpt_path=last", "--seed_everything=7", cwd=in_tmp)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"resumed from {root}/fixture/cut/checkpoints/last.ckpt" in resumed.stdout
+    last, expected = _load(run / "checkpoints" / "last.ckpt"), _load(straight / "checkpoints" / "last.ckpt")
+    for key in EXACT:
+        assert_identical(last[key], expected[key], key)
+    record = yaml.safe_load((run / "provenance.yaml").read_text())
+    assert [session["status"] for session in record["sessions"]] == ["preempted", "finished"]
+    assert "finished" in launch(PACKAGE, "runs", "--root", root, cwd=in_tmp).stdout
+    files = [path for path in run.fs.find(run.path)]
+    assert {Path(path).name for path in files} >= {"config.yaml", "provenance.yaml", "last.ckpt", "best.ckpt"}
+    assert not any(s3.secret.encode() in run.fs.cat_file(path) for path in files), "a file of the run holds the key"
+    assert sorted(in_tmp.rglob("s3:*")) == [], "a local folder named after the URL"
+
+
+def _load(path: StorePath | Path) -> dict:
+    if isinstance(path, StorePath):
+        with path.open("rb") as file:
+            return torch.load(file, weights_only=True)
+    return torch.load(path, weights_only=True)
+
+
+def test_the_lock_of_a_run_in_s3_is_a_conditional_write_on_the_server(s3: S3Server, s3_env: dict[str, str]) -> None:
+    run = location(f"s3://{s3.bucket}/locks/fixture/r")
+    assert isinstance(run, StorePath)
+    first = RunLock(run)
+    first.acquire()
+    try:
+        with pytest.raises(FileExistsError):  # the server refused it (If-None-Match: *), not a check made here
+            (run / ".lock").create_new(b"another writer")
+        with pytest.raises(RunLockedError, match=f"process {os.getpid()} on"):
+            RunLock(run).acquire()
+    finally:
+        first.release()
+    assert not (run / ".lock").exists()
