@@ -68,7 +68,8 @@ def test_a_run_in_a_store_stops_resumes_exactly_and_is_listed(
     listed = format_runs(location(bucket))
     assert "preempted" in listed
     assert f"fit -c {bucket}/fixture/cut/config.yaml --ckpt_path last" in listed
-    assert exit_code(cli, "fit", *flags, "--ckpt_path=last", "--seed_everything=7") == 0
+    # The command `runs` gives: the run's config, read from the store, names the run.
+    assert exit_code(cli, "fit", "-c", f"{run}/config.yaml", "--ckpt_path=last", "--seed_everything=7") == 0
     resumed, expected = load(run / "checkpoints" / "last.ckpt"), load(straight / "checkpoints" / "last.ckpt")
     for key in EXACT:
         assert_identical(resumed[key], expected[key], key)
@@ -80,6 +81,7 @@ def test_a_run_in_a_store_stops_resumes_exactly_and_is_listed(
     assert not (run / ".lock").exists()  # given back
     assert local_folders_named_after(bucket, in_tmp) == []
     assert "finished" in format_runs(location(bucket))
+    assert exit_code(cli, "validate", "-c", f"{run}/config.yaml", "--ckpt_path=best") == 0  # read from the store
 
 
 def test_a_checkpoint_in_a_store_is_checked_against_its_digest(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .legacy import alias_old_kit
@@ -81,9 +80,19 @@ def refused_at_once(argv: list[str]) -> str | None:
         flag, _, value = arg.partition("=")
         if flag in ("-c", "--config"):
             path = value if "=" in arg else (argv[index + 1] if index + 1 < len(argv) else "")
-            if path and not path.lstrip().startswith(("{", "[")) and not Path(path).exists():
-                return f"config file {path} does not exist"
+            if path and not path.lstrip().startswith(("{", "[")) and (problem := _missing(path)):
+                return problem
     return None
+
+
+def _missing(path: str) -> str | None:
+    """Why config file ``path`` cannot be read (it does not exist, or names a store not installed), or ``None``."""
+    from .store import StoreError, location
+
+    try:
+        return None if location(path).exists() else f"config file {path} does not exist"
+    except StoreError as error:
+        return str(error)
 
 
 def _run(args: list[str] | None, project: Project | None) -> None:

@@ -18,6 +18,7 @@ import yaml
 from jsonargparse import ActionConfigFile, Namespace
 
 from ..project import DEFAULT_CONFIG_ENV
+from ..store import is_remote, location
 from ..text import plain
 
 
@@ -39,11 +40,13 @@ class ConfigFile(ActionConfigFile):
     """
 
     def __call__(self, parser: object, cfg: object, values: object, option_string: str | None = None) -> None:
-        if isinstance(values, str) and Path(values).is_file():
+        if isinstance(values, str) and location(values).is_file():
             loaded = check_config_file(values)
             # The parser above the subcommands has no `trainer`: each subcommand's parser checks its own keys.
             if isinstance(cfg, Namespace) and "trainer" in cfg and (problem := misplaced(loaded, cfg)):
                 raise TypeError(f"config {values}: {problem}")
+            if is_remote(values):  # a run's config in a store: jsonargparse reads local files, and YAML text
+                values = location(values).read_text(encoding="utf-8")
         super().__call__(parser, cfg, values, option_string)
 
 
@@ -113,7 +116,7 @@ def check_config_file(path: str | Path) -> dict[Any, Any]:
     """``path``'s YAML mapping; raises ``TypeError`` (jsonargparse's type for a bad config) unless it is one, with each
     key once."""
     try:
-        loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        loaded = yaml.load(location(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except UnicodeDecodeError:
         raise TypeError(f"config {path} is not a text file") from None
     except _DuplicateKeyError as error:

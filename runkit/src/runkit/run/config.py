@@ -13,13 +13,13 @@ checkpoint, in any experiment, and read its ``config.yaml`` first: its model, da
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..project import SUBCOMMANDS
+from ..store import RunPath, location
 from .folders import ALIASES, CHECKPOINTS, runs
 from .records import FILE
 
@@ -29,7 +29,7 @@ EVALUATING = ("validate", "test", "predict", "export")
 RUN_KEYS = {"run.name": "name", "run.experiment": "experiment", "trainer.default_root_dir": "root"}
 
 
-def config_files(args: Sequence[str]) -> list[Path]:
+def config_files(args: Sequence[str]) -> list[RunPath]:
     """The ``-c``/``--config`` files of a command line, in order."""
     found = []
     for index, arg in enumerate(args):
@@ -37,11 +37,11 @@ def config_files(args: Sequence[str]) -> list[Path]:
         if flag in ("-c", "--config"):
             path = value if equals else (args[index + 1] if index + 1 < len(args) else "")
             if path and not path.lstrip().startswith(("{", "[")):
-                found.append(Path(path))
+                found.append(location(path))
     return found
 
 
-def run_config(args: Sequence[str]) -> Path | None:
+def run_config(args: Sequence[str]) -> RunPath | None:
     """The last ``-c`` file that is a run's own ``config.yaml`` (its folder holds the run's record), or ``None``."""
     own = [path for path in config_files(args) if path.name == CONFIG and (path.parent / FILE).is_file()]
     return own[-1] if own else None
@@ -74,7 +74,7 @@ def chosen_in_files(args: Sequence[str], key: str) -> bool:
     return False
 
 
-def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str]) -> Path | None:
+def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str]) -> RunPath | None:
     """The run whose config an evaluating command with ``--ckpt_path best|last`` and no run named should read: the
     newest under the root with that checkpoint, in any experiment. ``None`` where the command names its run."""
     ckpt_path = config.get("ckpt_path")
@@ -82,9 +82,10 @@ def newest_evaluated_run(subcommand: str | None, config: Any, args: Sequence[str
         return None
     if config.run.name is not None or "run.experiment" in flags_given(args) or chosen_in_files(args, "run.experiment"):
         return None  # the run, or its experiment, is named: folders.plan_run finds it
-    root = Path(config.trainer.default_root_dir or "runs")
+    root = location(config.trainer.default_root_dir or "runs")
     filename = f"{ckpt_path}.ckpt"
-    found = [run for folder in sorted(root.glob("*")) if folder.is_dir() for run in runs(folder)]
+    folders = sorted(root.iterdir(), key=str) if root.is_dir() else []
+    found = [run for folder in folders if folder.is_dir() for run in runs(folder)]
     having = [run for run in found if (run / CHECKPOINTS / filename).is_file()]
     return max(having, key=lambda run: (run / FILE).stat().st_mtime) if having else None
 
@@ -101,7 +102,7 @@ def with_newest_run_config(
     return parser.parse_args(args), args
 
 
-def with_config_first(args: Sequence[str], subcommand: str, path: Path) -> list[str]:
+def with_config_first(args: Sequence[str], subcommand: str, path: RunPath) -> list[str]:
     """``args`` with ``-c path`` right after the subcommand: the command's own files and flags still win."""
     at = list(args).index(subcommand) + 1
     return [*args[:at], f"--config={path}", *args[at:]]
@@ -115,13 +116,13 @@ def follow_the_folder(config: Any, args: Sequence[str]) -> str | None:
         return None
     folder = path.resolve().parent
     wanted = {"run.name": folder.name, "run.experiment": folder.parent.name, "trainer.default_root_dir": None}
-    named = Path(config.trainer.default_root_dir or "runs") / config.run.experiment / (config.run.name or "")
+    named = location(config.trainer.default_root_dir or "runs") / config.run.experiment / (config.run.name or "")
     if config.run.name is not None and named.resolve() == folder:
         return None
     for key in sorted(flags_given(args)):
         flag_value = config.get(key)
         disagrees = (
-            Path(flag_value or "runs").resolve() != folder.parent.parent
+            location(flag_value or "runs").resolve() != folder.parent.parent
             if key == "trainer.default_root_dir"
             else flag_value != wanted[key]
         )
