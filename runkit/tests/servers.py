@@ -158,6 +158,7 @@ class S3Server:
     env: dict[str, str]
     bucket: str
     secret: str  # the secret access key: no file of a run may hold it
+    log: Path  # the server's log: a line per request
 
 
 @contextlib.contextmanager
@@ -186,7 +187,7 @@ def s3_server() -> Iterator[S3Server]:
         bucket = "kit-runs"
         request = urllib.request.Request(f"{env['AWS_ENDPOINT_URL']}/{bucket}", method="PUT")  # moto signs nothing
         urllib.request.urlopen(request, timeout=10).close()
-        yield S3Server(env, bucket, secret)
+        yield S3Server(env, bucket, secret, folder / "server.log")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, 15)

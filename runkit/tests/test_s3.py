@@ -123,3 +123,32 @@ def test_the_lock_of_a_run_in_s3_is_a_conditional_write_on_the_server(s3: S3Serv
     finally:
         first.release()
     assert not (run / ".lock").exists()
+
+
+_UPLOAD = """
+import os, sys
+from runkit.store import location
+location(sys.argv[1]).write_bytes(os.urandom(int(sys.argv[2])))  # large enough for a multipart upload
+"""
+
+
+def test_a_process_killed_mid_upload_leaves_the_object_it_replaces(s3: S3Server, s3_env: dict[str, str]) -> None:
+    target = location(f"s3://{s3.bucket}/killed/run/checkpoints/last.ckpt")
+    assert isinstance(target, StorePath)
+    before = os.urandom(1 << 20)
+    target.write_bytes(before)
+    uploads = s3.log.read_text().count("?uploads")
+    size = 160 << 20  # s3fs uploads in parts above 100 MiB: the object is made whole only by the last request
+    job = subprocess.Popen([sys.executable, "-c", _UPLOAD, str(target), str(size)], env={**os.environ})
+    try:
+        deadline = time.monotonic() + 300
+        while s3.log.read_text().count("?uploads") == uploads:  # the multipart upload has begun on the server
+            assert job.poll() is None, f"the upload ended (exit {job.returncode}) before it was seen starting"
+            assert time.monotonic() < deadline, f"no multipart upload started in {s3.log} within 300 s"
+            time.sleep(0.01)
+        job.kill()
+    finally:
+        job.kill()
+        job.wait(60)
+    assert job.returncode == -signal.SIGKILL  # killed, not finished
+    assert target.read_bytes() == before  # whole, and still the one it was

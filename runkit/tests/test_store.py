@@ -20,6 +20,8 @@ from fsspec.registry import known_implementations as KNOWN
 
 from runkit.run.folders import format_runs
 from runkit.run.lock import RunLock, RunLockedError
+from runkit.safety.checkpoint_io import CheckpointWriteError
+from runkit.safety.digests import verify
 from runkit.store import StorePath, location
 from runkit.testing.faults import fault
 from runkit.testing.support import assert_identical, fit_exit_code, refused
@@ -140,3 +142,28 @@ def test_a_stale_lock_in_a_store_is_taken_over(bucket: str) -> None:
     lock.acquire()
     assert yaml.safe_load((run / ".lock").read_text())["pid"] == os.getpid()
     lock.release()
+
+
+def test_a_failed_upload_leaves_the_last_checkpoint_and_the_record_as_they_were(
+    cli: ModuleType, in_tmp: Path, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = location(bucket) / "fixture" / "lost"
+    upload = StorePath.write_bytes
+
+    def lost_after_the_first_epoch(path: StorePath, data: bytes) -> None:
+        if path.name == "last.ckpt" and path.exists():
+            raise ConnectionResetError("connection reset by peer")  # the store never got the whole object
+        upload(path, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(StorePath, "write_bytes", lost_after_the_first_epoch)
+        with pytest.raises(CheckpointWriteError, match=r"cannot write checkpoint .*last\.ckpt"):
+            cli.build_cli(["fit", f"--trainer.default_root_dir={bucket}", "--run.name=lost"])
+    last = run / "checkpoints" / "last.ckpt"
+    assert load(last)["global_step"] == 16  # the first epoch's, whole
+    verify(last, last.read_bytes())  # its recorded digest, the failed one's only pending
+    record = yaml.safe_load((run / "provenance.yaml").read_text())
+    assert record["progress"]["step"] == 16  # not ahead of what last.ckpt holds
+    entry = record["checkpoints"]["checkpoints/last.ckpt"]
+    assert entry["step"] == 16
+    assert entry["pending"]["step"] == 32
