@@ -80,8 +80,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         for source, target in self.project.links.items():
             parser.link_arguments(source, target, apply_on="instantiate")
         parser.add_class_arguments(RunDirectory, "run")
-        # Always present, each configurable by its own key from presets and flags.
-        # `best_checkpoint: null` switches it off; its settings otherwise, or its defaults (follow the loss).
+        # Always present, each set by its own key; `best_checkpoint: null` switches it off (default: follow the loss).
         parser.add_subclass_arguments(BestCheckpoint, "best_checkpoint", required=False, fail_untyped=False)
         parser.set_defaults(best_checkpoint={"class_path": "runkit.BestCheckpoint"})
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
@@ -168,8 +167,9 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
         try:
             trainer = super().instantiate_trainer(**kwargs)
+            session.check_processes(trainer)  # a checkpoint whose global batch these processes cannot share
         except BaseException:
-            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind
+            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind, nor a lock
             raise
         if isinstance(trainer, ProjectTrainer):
             trainer.command = (parser, parsed)

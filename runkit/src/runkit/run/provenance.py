@@ -35,6 +35,7 @@ from ..safety.checkpoints import LAST
 from ..safety.digests import KEY as DIGESTS
 from ..safety.digests import DigestBook
 from ..safety.nonfinite import NonFiniteError
+from ..safety.resume import ExactResume
 from ..safety.signals import STOPS, signal_of
 from ..store import RunPath, StorePath
 from .facts import devices, git_state, now, versions
@@ -122,6 +123,12 @@ class RunRecord:
         for listener in self.on_end:
             listener(status)
 
+    def note_data(self, facts: dict[str, Any]) -> None:
+        """Records how this session's train data is laid out over its processes (``safety/elastic.py``)."""
+        if self.writer and self.data["sessions"]:
+            self.data["sessions"][-1]["data"] = facts
+            self.write()
+
     def update_progress(self, trainer: pl.Trainer, logged_step: int | None) -> None:
         """Epoch, step and best monitored value so far (called with every checkpoint); ``provenance.yaml`` gets them
         with ``commit_progress``, once the checkpoint that holds them is on disk."""
@@ -204,6 +211,11 @@ class Provenance(Callback):
         if self._writer is not None and self._digests.writing in self._writer.writing:
             self._writer.writing.remove(self._digests.writing)
         self._writer = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        exact = next((cb for cb in trainer.callbacks if isinstance(cb, ExactResume)), None)  # type: ignore[attr-defined]
+        if exact is not None and exact.facts is not None:
+            self.record.note_data(exact.facts)
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

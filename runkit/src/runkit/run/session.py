@@ -26,6 +26,8 @@ from ..legacy import current_names
 from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
+from ..safety.elastic import DataLayout, check_processes, saved_layout
+from ..safety.resume import ExactResume
 from ..store import RunPath, StorePath, location, remove_tree
 from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .lock import RunLock
@@ -44,6 +46,7 @@ class RunSession:
     plan: RunPlan | None = None
     record: RunRecord | None = None  # set for `fit` only: the run it writes
     origin: dict[str, Any] | None = None  # epoch, step and provenance of the checkpoint it loads
+    layout: DataLayout | None = None  # how the data of the checkpoint `fit` starts from is laid out over processes
     directory: RunPath = field(default_factory=Path)
     lock: RunLock | None = None  # held by the process that writes the run (fit, global rank 0)
     trainer: pl.Trainer | None = None  # set when the session starts (fit)
@@ -74,6 +77,7 @@ class RunSession:
                 check_checkpoint(plan.ckpt_path, model)
             loaded = read_checkpoint(plan.ckpt_path)  # mapped, not read: cheap even for large files
             self.origin = {key: loaded.get(key) for key in ("epoch", "global_step", "provenance")}
+            self.layout = saved_layout(loaded) if fitting else None
         if ckpt_path == "last" and fitting and plan.ckpt_path is None:
             rank_zero_info(
                 f"--ckpt_path last: nothing to resume in {plan.directory or plan.experiment_dir} yet;"
@@ -132,6 +136,16 @@ class RunSession:
                 f" checkpoint holds; this command asks for others: {'; '.join(changed)}. Drop them to continue the"
                 f" run, or start a new run from the checkpoint: --ckpt_path {self.plan.ckpt_path} --run.name NEW"
             )
+
+    def check_processes(self, trainer: pl.Trainer) -> None:
+        """Refuses a ``fit`` from a checkpoint whose global batch this trainer's processes cannot share equally
+        (``safety/elastic.py``); hands the checkpoint's data layout to the callback that rebuilds the train loader."""
+        if self.layout is None or self.plan is None:
+            return
+        check_processes(self.layout, trainer.world_size, str(self.plan.ckpt_path))
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            if isinstance(callback, ExactResume):
+                callback.saved = self.layout
 
     def save_config(self, parser: ArgumentParser, config: Namespace) -> list[pl.Callback]:
         """Writes the run's ``config.yaml`` if this fit created the run; returns the callbacks that record it."""
@@ -222,11 +236,12 @@ class RunSession:
             self.lock = None
 
     def discard(self) -> None:
-        """Removes the run folder this command created, with the experiment folder if it is left empty."""
+        """Gives the lock back, and removes the run folder this command created, with the experiment folder if it is
+        left empty."""
+        self.release()
         plan, record = self.plan, self.record
         if plan is None or not plan.create or record is None or not record.writer or not record.directory.is_dir():
             return
-        self.release()
         remove_tree(record.directory)
         if not isinstance(record.directory, StorePath):  # a store's folders go with their last object
             with contextlib.suppress(OSError):

@@ -11,8 +11,8 @@ saves a loader's position only for a loader that has ``state_dict``, and its own
   DDP as its own) seeded from the run seed, that can skip the part of an epoch already trained on and yields
   ``(seed, epoch, index)`` keys, so workers need no state of their own;
 - ``SeededDataset``, which hands the user's dataset plain indices and seeds the torch, ``random`` and NumPy
-  global RNGs from ``(seed, epoch, first index)`` once per batch: augmentation is a function of the batch,
-  whatever the worker count or the point a run resumed at;
+  global RNGs from ``(seed, epoch, index)`` before each sample: augmentation is a function of the sample, whatever
+  the worker count, the process count or the point a run resumed at (``elastic.py``);
 - ``ResumableLoader``, whose ``state_dict`` (epoch, batches delivered, seed) Lightning stores in checkpoints.
 
 A loader it cannot rebuild (another class, an ``IterableDataset``, a custom sampler or batch sampler, no
@@ -42,10 +42,10 @@ from torch.utils.data import (
     get_worker_info,
 )
 
+from .seeding import key_seed, seed_global_rngs
+
 SampleKey = tuple[int, int, int]
 """``(seed, epoch, index)``: what the sampler yields for each sample."""
-
-_MASK64 = (1 << 64) - 1
 
 
 class ResumableSampler(DistributedSampler):
@@ -78,17 +78,19 @@ class ResumableSampler(DistributedSampler):
 
 
 class SeededDataset(Dataset):
-    """The user's dataset, given plain indices, with the global RNGs seeded per batch from its first key.
+    """The user's dataset, given plain indices, with the global RNGs seeded from each sample's key before it is read.
 
     In a worker process the RNGs serve only the data, so they are simply reseeded. In the main process
     (``num_workers=0``) dropout draws from the same torch RNG: its state is saved and restored around the
-    fetch, so training sees the same stream whatever the worker count. Seeding once per batch (a few
-    microseconds) rather than per sample keeps the cost per step negligible; a batch is always fetched whole.
+    fetch, so training sees the same stream whatever the worker count. Seeding costs about 16 µs a sample (2 µs
+    seeding once per batch; docs/resume.md), in the workers when there are any. A dataset that fetches whole
+    batches (``__getitems__``), and every dataset of a run started by runkit 0.1 (``per_sample=False``), is seeded
+    once per batch, from its first key.
     Attributes other than these are the user's dataset's.
     """
 
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
+    def __init__(self, dataset: Dataset, per_sample: bool = True) -> None:
+        self.dataset, self.per_sample = dataset, per_sample
 
     def __len__(self) -> int:
         return len(cast(Sized, self.dataset))
@@ -97,27 +99,31 @@ class SeededDataset(Dataset):
         return self.__getitems__([key])[0]
 
     def __getitems__(self, keys: list[SampleKey]) -> Any:
-        seed, epoch, first = keys[0]
-        indices = [index for _, _, index in keys]
         if get_worker_info() is not None:
-            seed_global_rngs(batch_seed(seed, epoch, first))
-            return self._fetch(indices)
+            return self._fetch(keys)
         saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
         try:
-            seed_global_rngs(batch_seed(seed, epoch, first))
-            return self._fetch(indices)
+            return self._fetch(keys)
         finally:
             random.setstate(saved[0])
             np.random.set_state(saved[1])
             torch.set_rng_state(saved[2])
 
-    def _fetch(self, indices: list[int]) -> Any:
+    def _fetch(self, keys: list[SampleKey]) -> Any:
         getitems = getattr(self.dataset, "__getitems__", None)
-        return getitems(indices) if getitems is not None else [self.dataset[index] for index in indices]
+        if getitems is not None or not self.per_sample:
+            seed_global_rngs(key_seed(*keys[0]))
+            indices = [index for _, _, index in keys]
+            return getitems(indices) if getitems is not None else [self.dataset[index] for index in indices]
+        samples = []
+        for seed, epoch, index in keys:
+            seed_global_rngs(key_seed(seed, epoch, index))
+            samples.append(self.dataset[index])
+        return samples
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the wrapper lacks; `dataset` itself is missing only while unpickling.
-        if name == "dataset":
+        if name in ("dataset", "per_sample"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
@@ -164,21 +170,33 @@ class ResumableLoader(DataLoader):
             yield batch
 
 
-def make_resumable(loaders: Any, seed: int, num_replicas: int = 1, rank: int = 0) -> tuple[Any, list[str]]:
+def make_resumable(
+    loaders: Any,
+    seed: int,
+    num_replicas: int = 1,
+    rank: int = 0,
+    batch_sizes: list[int | None] | None = None,
+    per_sample: bool = True,
+) -> tuple[Any, list[str]]:
     """``loaders`` (one loader or Lightning's collections of them) with each plain map-style ``DataLoader`` rebuilt.
+
+    ``batch_sizes`` (one per loader, in ``CombinedLoader``'s order) replaces the batch size each asks for: a run resumed
+    on another number of processes keeps its global batch (``elastic.py``). ``per_sample``: see ``SeededDataset``.
 
     Returns:
         The same structure, rebuilt loaders in place of the originals, and one line per loader left as
         written, naming it and why. Loaders that save their own position (``state_dict``) are kept.
     """
     combined = loaders if isinstance(loaders, CombinedLoader) else CombinedLoader(loaders)
+    sizes = batch_sizes if batch_sizes is not None and len(batch_sizes) == len(combined.flattened) else None
     kept: list[str] = []
     rebuilt = []
-    for loader in combined.flattened:
+    for number, loader in enumerate(combined.flattened):
         if not is_stateful(loader):
             reason = why_not_resumable(loader)
             if reason is None:
-                loader = rebuild(loader, seed, num_replicas, rank)
+                size = sizes[number] if sizes is not None else None
+                loader = rebuild(loader, seed, num_replicas, rank, size, per_sample)
             else:
                 dataset = getattr(loader, "dataset", None)
                 over = f" over {type(dataset).__name__}" if dataset is not None else ""
@@ -225,22 +243,31 @@ def mid_epoch_resume(loader: object) -> str:
     )
 
 
-def rebuild(loader: DataLoader, seed: int, num_replicas: int = 1, rank: int = 0) -> ResumableLoader:
-    """A ``ResumableLoader`` with every setting of ``loader``, which ``why_not_resumable`` accepts.
+def rebuild(
+    loader: DataLoader,
+    seed: int,
+    num_replicas: int = 1,
+    rank: int = 0,
+    batch_size: int | None = None,
+    per_sample: bool = True,
+) -> ResumableLoader:
+    """A ``ResumableLoader`` with every setting of ``loader`` (``batch_size``, if given, replacing its own), which
+    ``why_not_resumable`` accepts.
 
     The order is a ``DistributedSampler``'s: shuffled if the loader shuffled, sharded over ``num_replicas``
-    processes like the sampler Lightning injects under DDP. A loader that already had a ``DistributedSampler``
-    keeps its shuffle, seed, shards and ``drop_last``.
+    processes like the sampler Lightning injects under DDP, and the partial global batch at the end of an epoch
+    dropped if the loader drops its last partial batch. A loader that already had a ``DistributedSampler`` keeps its
+    shuffle, seed, shards and ``drop_last``.
     """
     sampler = loader.sampler
     if isinstance(sampler, DistributedSampler):
         settings = {"shuffle": sampler.shuffle, "seed": sampler.seed, "drop_last": sampler.drop_last}
         num_replicas, rank = sampler.num_replicas, sampler.rank
     else:
-        settings = {"shuffle": isinstance(sampler, RandomSampler), "seed": seed}
+        settings = {"shuffle": isinstance(sampler, RandomSampler), "seed": seed, "drop_last": loader.drop_last}
     return ResumableLoader(
-        SeededDataset(loader.dataset),
-        batch_size=loader.batch_size,
+        SeededDataset(loader.dataset, per_sample),
+        batch_size=batch_size or loader.batch_size,
         sampler=ResumableSampler(cast(Sized, loader.dataset), num_replicas, rank, **settings),
         num_workers=loader.num_workers,
         collate_fn=loader.collate_fn,
@@ -256,37 +283,6 @@ def rebuild(loader: DataLoader, seed: int, num_replicas: int = 1, rank: int = 0)
         pin_memory_device=loader.pin_memory_device,
         in_order=loader.in_order,
     )
-
-
-def own_generators(loaders: Any, seed: int) -> Any:
-    """``loaders`` with a generator of their own (seeded from ``seed``) for each ``DataLoader`` that has none.
-
-    A loader without one draws its workers' base seed from the global torch RNG every time an iterator is made:
-    the validation loader then shifts the stream dropout draws from, by a different amount in a run that resumed
-    (its first validation iterator is made later, outside the sanity check's isolated RNG, with persistent workers).
-    """
-    for loader in (loaders if isinstance(loaders, CombinedLoader) else CombinedLoader(loaders)).flattened:
-        if isinstance(loader, DataLoader) and loader.generator is None:
-            loader.generator = torch.Generator().manual_seed(seed)
-    return loaders
-
-
-def batch_seed(seed: int, epoch: int, index: int) -> int:
-    """A 64-bit seed that depends only on ``(seed, epoch, index)``, well mixed (SplitMix64 over the three)."""
-    value = 0
-    for part in (seed, epoch, index):
-        value = ((value ^ (part & _MASK64)) + 0x9E3779B97F4A7C15) & _MASK64
-        value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
-        value ^= value >> 31
-    return value
-
-
-def seed_global_rngs(seed: int) -> None:
-    """Seeds Python's, NumPy's and torch's CPU global RNGs (not CUDA's: ``torch.manual_seed`` would reset it)."""
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)
-    torch.default_generator.manual_seed(seed)
 
 
 def is_stateful(loader: object) -> bool:

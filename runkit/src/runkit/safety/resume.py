@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from ..lightning_internals import (
     epoch_restarted,
@@ -26,8 +26,10 @@ from ..lightning_internals import (
     unread_loader_states,
     uses_distributed_sampler,
 )
-from .resumable_data import is_stateful, make_resumable, mid_epoch_resume, own_generators
+from .elastic import STATE_KEY, DataLayout, check_processes, dropout_layers, not_elastic, resume_line, saved_layout
+from .resumable_data import ResumableLoader, is_stateful, make_resumable, mid_epoch_resume
 from .rng_state import collect_rng_state, restore_rng_state
+from .seeding import key_seed, own_generators, seed_global_rngs
 from .stateful_loaders import draws_unsaved, keep_worker_rngs
 from .worker_start import start_safely
 
@@ -50,7 +52,15 @@ class ExactResume(Callback):
     ``trainer.estimated_stepping_batches`` (lightning#20550) and at an epoch boundary: they are handed over here.
     Both are restored when training starts, after the sanity check (which runs in an isolated RNG) and before the
     first batch.
+
+    Checkpoints also hold the run's ``DataLayout`` (its global batch per train loader): a fit from a checkpoint of
+    another number of processes rebuilds the train loader with the same global batch (``elastic.py``). ``layout``
+    holds this session's, ``facts`` what the run's provenance records of it.
     """
+
+    saved: DataLayout | None = None  # the layout of the checkpoint this fit starts from (the command sets it first)
+    layout: DataLayout | None = None
+    facts: dict[str, Any] | None = None
 
     def __init__(self, check_loaders: Callable[[Any, str, Any], None] | None = None) -> None:
         """Configures the callback.
@@ -97,14 +107,46 @@ class ExactResume(Callback):
         sharding = trainer.distributed_sampler_kwargs or {}
         if not uses_distributed_sampler(trainer):
             sharding = {}  # the user shards the data: Trainer(use_distributed_sampler=False)
-        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        loaders, kept = make_resumable(loaders, seed, **sharding)
-        loaders = start_safely(loaders, trainer.world_size)
+        seed, processes = int(os.environ.get("PL_GLOBAL_SEED", 0)), trainer.world_size
+        saved = self.saved
+        if saved is not None:
+            check_processes(saved, processes, str(trainer.ckpt_path))  # the command refused it already, if it ran
+        per_sample = saved is None or saved.per_sample
+        sizes = saved.per_process(processes) if saved is not None and saved.processes != processes else None
+        loaders, kept = make_resumable(loaders, seed, **sharding, batch_sizes=sizes, per_sample=per_sample)
+        self._lay_out(trainer, loaders, kept, per_sample, sharded_by_user=bool(processes > 1 and not sharding))
+        loaders = start_safely(loaders, processes)
         unsaved = keep_worker_rngs(loaders)
         if (kept or unsaved) and not self._warned:
             self._warned = True
             self._warn(kept, unsaved)
         return loaders
+
+    def _lay_out(
+        self, trainer: pl.Trainer, loaders: Any, kept: list[str], per_sample: bool, sharded_by_user: bool
+    ) -> None:
+        """Records this session's data layout and what it means for a resume on another number of processes."""
+        flattened, processes = CombinedLoader(loaders).flattened, trainer.world_size
+        batches = tuple(
+            loader.batch_size * loader.resumable_sampler.num_replicas
+            if isinstance(loader, ResumableLoader) and not sharded_by_user
+            else None
+            for loader in flattened
+        )
+        self.layout = DataLayout(batches, processes, per_sample)
+        reasons = not_elastic(flattened, kept, sharded_by_user)
+        if not per_sample:
+            reasons.append("the run started under runkit 0.1, which seeds augmentation per batch")
+        self.facts = {
+            "global_batch": [batch for batch in batches if batch is not None],
+            "per_process_batch": [loader.batch_size for loader in flattened if isinstance(loader, ResumableLoader)],
+            "elastic": "not elastic: " + "; ".join(reasons) if reasons else "yes",
+        }
+        saved = self.saved
+        if saved is not None and saved.processes != processes:
+            line = resume_line(saved, self.layout, reasons, dropout_layers(trainer.lightning_module))
+            self.facts["resumed_from_processes"] = saved.processes
+            (rank_zero_warn if reasons else rank_zero_info)(line)
 
     @staticmethod
     def _warn(kept: list[str], unsaved: list[str] | None = None) -> None:
@@ -146,11 +188,15 @@ class ExactResume(Callback):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             states: list[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(states, state)
-            return {"rng": states}
-        return {"rng": [state]}
+        else:
+            states = [state]
+        layout = self.layout or DataLayout((), len(states), per_sample=True)  # no train loader of the kit's
+        return {"rng": states, "data": layout.state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._rng_states = state_dict["rng"]
+        if self.saved is None:  # `fit` called in code, not by the command
+            self.saved = saved_layout({"callbacks": {STATE_KEY: state_dict}})
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loaders = CombinedLoader(trainer.train_dataloader).flattened
@@ -164,12 +210,10 @@ class ExactResume(Callback):
         loaded = self._load_positions(trainer, [loader for loader in loaders if is_stateful(loader)])
         states, self._rng_states = self._rng_states, None
         if states is not None:
-            if len(states) != trainer.world_size:
-                rank_zero_warn(
-                    f"The checkpoint holds the RNG states of {len(states)} processes, this run has"
-                    f" {trainer.world_size}: random draws will differ from the original run."
-                )
             restore_rng_state(states[trainer.global_rank % len(states)])
+            if trainer.global_rank >= len(states):  # a process the checkpoint's run did not have: a stream of its own
+                seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+                seed_global_rngs(key_seed(seed, trainer.global_step, trainer.global_rank))
         if loaded and not epoch_restarted(trainer):
             # At an epoch boundary the loop starts the next epoch on the iterator it has (not another, as without a
             # stop): the one made above ended the saved epoch; the next is made as then, from the restored RNGs.
