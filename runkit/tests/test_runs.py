@@ -177,13 +177,15 @@ def test_runs_lists_each_run_with_its_status_and_the_command_to_continue(
     capsys.readouterr()
     cli.main(["runs"])
     header, *rows = capsys.readouterr().out.strip().splitlines()
-    assert header.split() == ["EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND"]
+    columns = ["EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "PROCESSES", "COMMAND"]
+    assert header.split() == columns
     table = {row.split()[1]: row.split() for row in rows}  # STARTED is two words: date and time
     assert table["finished"][4:7] == ["finished", "2", "8"]
     assert table["finished"][7].startswith("val/loss=")
-    assert " ".join(table["finished"][8:]).endswith("validate -c runs/fixture/finished/config.yaml --ckpt_path best")
-    assert table["stopped"][4:8] == ["preempted", "0", "2", "-"]  # stopped right after step 2
-    resume = " ".join(table["stopped"][8:])
+    assert table["finished"][8] == "1"  # one session, on one process
+    assert " ".join(table["finished"][9:]).endswith("validate -c runs/fixture/finished/config.yaml --ckpt_path best")
+    assert table["stopped"][4:9] == ["preempted", "0", "2", "-", "1"]  # stopped right after step 2
+    resume = " ".join(table["stopped"][9:])
     assert resume.endswith("fit -c runs/fixture/stopped/config.yaml --ckpt_path last")
     resumed = cli.build_cli(shlex.split(resume)[1:])
     assert resumed.trainer.global_step == 8

@@ -189,7 +189,7 @@ def list_runs(root: str = "runs", experiment: str | None = None) -> None:
     """Lists the runs, each with the command that resumes it (or validates it, when it finished).
 
     One row per run: experiment, folder, start, status (see ``provenance.STATUSES``), epochs and steps
-    trained, best value of the monitored metric, command.
+    trained, best value of the monitored metric, the processes of each session (``2,1``: resumed on 1), command.
 
     Args:
         root: The folder that holds the experiments (``trainer.default_root_dir``; a store's URL: ``s3://b/runs``).
@@ -208,7 +208,7 @@ def format_runs(root: RunPath, experiment: str | None = None) -> str:
     program = current().program
     found = root.iterdir() if root.is_dir() else ()
     experiments = [root / experiment] if experiment else sorted((p for p in found if p.is_dir()), key=str)
-    rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "COMMAND")]
+    rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "PROCESSES", "COMMAND")]
     for experiment_dir in experiments:
         for run, found in runs_with_records(experiment_dir):
             record = found or {}
@@ -231,6 +231,7 @@ def format_runs(root: RunPath, experiment: str | None = None) -> str:
                     str(progress.get("epochs", "-")),
                     str(progress.get("step", "-")),
                     f"{best['monitor']}={best['value']:.4g}" if best else "-",
+                    ",".join(str((s.get("devices") or {}).get("world_size", "?")) for s in sessions if s) or "-",
                     command,
                 )
             )
