@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import pickle
 import re
@@ -18,6 +19,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..store import RunPath, StorePath, location
 from ..writable import unwritable
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"  # as run folders are named
@@ -110,29 +112,31 @@ class PredictionWriter(BasePredictionWriter):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Before the first batch, so that a folder that cannot take the files stops the command (exit 2) at once.
-        folder = Path(self.output_dir) if self.output_dir is not None else self._parent(trainer)
+        folder = location(self.output_dir) if self.output_dir is not None else self._parent(trainer)
         if self.output_dir is not None and folder.is_dir() and (held := sorted(p.name for p in folder.iterdir())):
             raise ValueError(
                 f"output_dir: {folder} already holds {', '.join(held)}: give an empty or new folder, or null (a new"
                 " folder under the run's predictions/)"
             )
+        if isinstance(folder, StorePath):  # a store's folder: what it allows, its client says at the first write
+            return
         existing = next(path for path in (folder, *folder.parents) if path.exists())
         if not existing.is_dir():
             raise ValueError(f"output_dir: {existing} is a file, not a folder")
         if reason := unwritable(existing):
             raise ValueError(f"output_dir: cannot write in {existing} ({reason})")
 
-    def _parent(self, trainer: pl.Trainer) -> Path:
-        return Path(trainer.log_dir or ".") / "predictions"
+    def _parent(self, trainer: pl.Trainer) -> RunPath:
+        return location(trainer.log_dir or ".") / "predictions"
 
-    def _folder(self, trainer: pl.Trainer) -> Path:
+    def _folder(self, trainer: pl.Trainer) -> RunPath:
         """The folder this command writes into, created now; one for all processes (rank 0 names it)."""
         if self.output_dir is not None:
-            folder = Path(self.output_dir)
+            folder = location(self.output_dir)
             folder.mkdir(parents=True, exist_ok=True)
             return folder
         folder = new_folder(self._parent(trainer)) if trainer.is_global_zero else None
-        return Path(trainer.strategy.broadcast(str(folder)))
+        return location(trainer.strategy.broadcast(str(folder)))
 
     def write_on_epoch_end(
         self,
@@ -149,19 +153,22 @@ class PredictionWriter(BasePredictionWriter):
         names = [sources[index] if sources is not None else str(index) for index in indices]
         folder = self._folder(trainer)
         stem = f"predictions.rank{trainer.global_rank}" if trainer.world_size > 1 else "predictions"
-        torch.save({"outputs": outputs, "indices": torch.as_tensor(indices), "sources": names}, folder / f"{stem}.pt")
+        saved = io.BytesIO()  # one write of each file: a store's objects appear whole
+        torch.save({"outputs": outputs, "indices": torch.as_tensor(indices), "sources": names}, saved)
+        (folder / f"{stem}.pt").write_bytes(saved.getvalue())
         values = outputs.reshape(len(outputs), -1)  # (N, K)
         header = ["index", "source", *(["argmax", "max"] if values.shape[1] > 1 else [])]
-        with open(folder / f"{stem}.csv", "w", newline="") as file:
-            writer = csv.writer(file)
-            writer.writerow([*header, *(f"output_{k}" for k in range(values.shape[1]))])
-            for index, name, row in zip(indices, names, values.tolist(), strict=True):
-                top = [max(range(len(row)), key=row.__getitem__), f"{max(row):.6g}"] if len(row) > 1 else []
-                writer.writerow([index, name, *top, *(f"{value:.6g}" for value in row)])
+        table = io.StringIO(newline="")
+        writer = csv.writer(table)
+        writer.writerow([*header, *(f"output_{k}" for k in range(values.shape[1]))])
+        for index, name, row in zip(indices, names, values.tolist(), strict=True):
+            top = [max(range(len(row)), key=row.__getitem__), f"{max(row):.6g}"] if len(row) > 1 else []
+            writer.writerow([index, name, *top, *(f"{value:.6g}" for value in row)])
+        (folder / f"{stem}.csv").write_bytes(table.getvalue().encode())
         rank_zero_info(f"predictions: {folder}")
 
 
-def new_folder(parent: Path) -> Path:
+def new_folder(parent: RunPath) -> RunPath:
     """A new folder in ``parent`` named after the current time (``-2``, ``-3``, ... within the same second)."""
     parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now().strftime(FOLDER_TIME)
