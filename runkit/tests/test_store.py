@@ -171,3 +171,12 @@ def test_a_failed_upload_leaves_the_last_checkpoint_and_the_record_as_they_were(
     entry = record["checkpoints"]["checkpoints/last.ckpt"]
     assert entry["step"] == 16
     assert entry["pending"]["step"] == 32
+
+
+def test_lr_find_writes_its_preset_into_the_store(cli: ModuleType, in_tmp: Path, bucket: str) -> None:
+    flags = [f"--trainer.default_root_dir={bucket}", "--run.name=found"]
+    assert exit_code(cli, "lr_find", *flags, "--num_training=20", "--max_lr=0.01") == 0
+    preset = location(bucket) / "fixture" / "found" / "lr_find.yaml"
+    assert "lr:" in preset.read_text()
+    assert not any(path.name.startswith(".lr_find") for path in preset.parent.iterdir())  # Lightning's, removed
+    assert local_folders_named_after(bucket, in_tmp) == []

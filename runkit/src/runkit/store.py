@@ -78,6 +78,10 @@ class StorePath:
     def with_name(self, name: str) -> StorePath:
         return self.parent / name
 
+    def with_suffix(self, suffix: str) -> StorePath:
+        stem = self.name.rsplit(".", 1)[0] if "." in self.name.lstrip(".") else self.name
+        return self.with_name(f"{stem}{suffix}")
+
     def resolve(self) -> StorePath:
         return self
 
@@ -176,7 +180,7 @@ def location(where: str | os.PathLike[str] | StorePath) -> RunPath:
         kind = fsspec.get_filesystem_class(protocol)
     except ImportError as error:
         extra = EXTRAS.get(protocol)
-        install = f"runkit's `{extra}` extra (pip install -e \".[{extra}]\" in runkit/)" if extra else "its package"
+        install = f'runkit\'s `{extra}` extra (pip install -e ".[{extra}]" in runkit/)' if extra else "its package"
         raise StoreError(f"{text}: the {protocol}:// filesystem is not installed: {error}; install {install}") from None
     except ValueError:
         raise StoreError(f"{text}: no filesystem knows the protocol {protocol}:// (fsspec's protocols)") from None

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import math
-from pathlib import Path
 
 from ..lightning_internals import LRFinderResult
+from ..store import RunPath
 
 
-def save_lr_plot(finder: LRFinderResult, marked: int, path: Path) -> Path | None:
+def save_lr_plot(finder: LRFinderResult, marked: int, path: RunPath) -> RunPath | None:
     """Lightning's plot of the loss against the LR, point ``marked`` in red, as a PNG; ``None`` without matplotlib."""
     try:
         from matplotlib.figure import Figure  # optional: not a dependency of the project
@@ -19,7 +20,9 @@ def save_lr_plot(finder: LRFinderResult, marked: int, path: Path) -> Path | None
     finder.plot(suggest=False, ax=axes)  # Lightning's `suggest=True` would mark its own suggestion
     axes.plot(finder.results["lr"][marked], finder.results["loss"][marked], marker="o", markersize=10, color="red")
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    image = io.BytesIO()  # one write: a store's object appears whole
+    figure.savefig(image, dpi=100, format="png")
+    path.write_bytes(image.getvalue())
     return path
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,6 +12,7 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 
 from ..project import current
+from ..store import RunPath, StorePath
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Found:
     key: str
     configured: float | int
     value: float | int
-    preset: Path
+    preset: RunPath
 
 
 def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
@@ -73,7 +73,7 @@ def key_or_exit(
         parser.error(str(error))  # one `error:` line, exit 2, nothing run or written
 
 
-def refuse_existing(parser: ArgumentParser, paths: list[Path], overwrite: bool) -> None:
+def refuse_existing(parser: ArgumentParser, paths: list[RunPath], overwrite: bool) -> None:
     """Exits 2 naming the first of ``paths`` that exists, unless ``overwrite``: a finder never replaces a file
     silently (a preset of the user's, an earlier answer)."""
     if overwrite:
@@ -92,6 +92,13 @@ def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
         tree = {part: tree}
     found.preset.parent.mkdir(parents=True, exist_ok=True)
     text = f"# Written by {header}.\n" + yaml.safe_dump(tree, sort_keys=False)
+    if isinstance(found.preset, StorePath):  # one write (a conditional one, without overwrite): whole or absent
+        if overwrite:
+            found.preset.write_text(text)
+            found.preset.with_suffix(".png").unlink(missing_ok=True)
+        else:
+            found.preset.create_new(text.encode())
+        return
     if not overwrite:
         with open(found.preset, "x") as file:  # exists since the check: another process wrote it; it stays
             file.write(text)
@@ -102,7 +109,7 @@ def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
     found.preset.with_suffix(".png").unlink(missing_ok=True)  # an earlier plot, which may not be replaced
 
 
-def run_again(config: Namespace, preset: Path) -> str:
+def run_again(config: Namespace, preset: RunPath) -> str:
     """The command that trains with the preset: the config files this command was given, then the preset."""
     given = [str(path) for path in config.get("config") or []]
     return " ".join([current().program, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])

@@ -20,7 +20,6 @@ import math
 import signal
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
 
 import lightning.pytorch as pl
@@ -35,6 +34,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from ..lightning_internals import end_fit_when_found, request_stop, run_exactly
 from ..project import current
 from ..safety.signals import STOP, STOPS, exit_code
+from ..store import location
 from .finder_plots import save_lr_plot, text_plot
 from .finder_presets import Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
 
@@ -77,8 +77,8 @@ def lr_find(
             f"num_training must be >= {MIN_STEPS} (the suggestion skips the first 10 steps and the last), got"
             f" {num_training}: e.g. 100"
         )
-    run_dir = Path(trainer.log_dir or ".")
-    preset = Path(output or run_dir / "lr_find.yaml")
+    run_dir = location(trainer.log_dir or ".")
+    preset = location(output) if output else run_dir / "lr_find.yaml"
     refuse_existing(parser, [preset, preset.with_suffix(".png")], overwrite)
     # The test takes its own number of steps, whatever the configured run's length: lift the epoch limit that
     # would end it early, and size the configured schedule (which the finder replaces) to the test.
@@ -143,7 +143,7 @@ def batch_size_find(
         parser.error(f"--batch_size_key {key}: {type(datamodule).__name__} has no attribute `{attribute}` to scale")
     if lightning_hasattr(model, attribute):  # Lightning looks at the model first and would scale the model's
         parser.error(f"{type(model).__name__} has `{attribute}` too: the finder would scale it, not the data's")
-    preset = Path(output or Path(trainer.log_dir or ".") / "batch_size_find.yaml")
+    preset = location(output) if output else location(trainer.log_dir or ".") / "batch_size_find.yaml"
     refuse_existing(parser, [preset], overwrite)
     # As in `lr_find`: each trial runs its own number of steps, whatever the configured run's length.
     run_exactly(trainer, steps_per_trial)
