@@ -180,3 +180,13 @@ def test_lr_find_writes_its_preset_into_the_store(cli: ModuleType, in_tmp: Path,
     assert "lr:" in preset.read_text()
     assert not any(path.name.startswith(".lr_find") for path in preset.parent.iterdir())  # Lightning's, removed
     assert local_folders_named_after(bucket, in_tmp) == []
+
+
+def test_search_into_a_store_is_one_line_and_writes_nothing(
+    cli: ModuleType, in_tmp: Path, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("optuna", reason="the search needs the `search` extra (Optuna)")
+    line = refused(capsys, lambda: cli.main(["search", f"--trainer.default_root_dir={bucket}"]))
+    assert "a search keeps its study and its trials in a local folder" in line, line
+    assert not location(bucket).exists()
+    assert list(in_tmp.iterdir()) == []

@@ -28,6 +28,7 @@ from optuna.samplers import BaseSampler
 from ..command.cli import ProjectCLI, build_cli
 from ..project import Project, current
 from ..safety.monitor_mode import checked_mode
+from ..store import is_remote
 from .launch import run_workers
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
@@ -147,6 +148,11 @@ def make_plan(parser: LightningArgumentParser, config: Namespace, project: Proje
     metric, direction = settings.metric or monitor, settings.direction
     if metric is None:
         raise ValueError("--metric: name the logged metric to optimize (best_checkpoint is off, so it names none)")
+    if is_remote(config.trainer.default_root_dir):  # its journal, trials' folders and reports are local files
+        raise ValueError(
+            f"trainer.default_root_dir: {config.trainer.default_root_dir}: a search keeps its study and its trials"
+            " in a local folder; give one (a run of the best trial can then go to the store with fit)"
+        )
     if config.trainer.fast_dev_run:  # Lightning logs no metric and saves no checkpoint under it
         raise ValueError(
             "trainer.fast_dev_run: a trial under it logs no metric to rank; for a quick search lower"
