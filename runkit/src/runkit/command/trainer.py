@@ -17,6 +17,9 @@ from ..bad_input import BadInputError
 from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
 from ..tools.export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from ..tools.finders import Found, batch_size_find, lr_find
+from ..tools.program_checks import validation_batches
+from ..tools.quantize import check_quantization
+from ..tools.quantized_export import QuantizeOptions, check_quantized_formats, export_quantized, format_quantization
 from ..tools.schedule_preview import format_preview, learning_rates
 from .task_checks import check_folder
 
@@ -89,8 +92,17 @@ class ProjectTrainer(pl.Trainer):
         formats: tuple[Literal["torch_export", "onnx"], ...] = ("torch_export", "onnx"),
         atol: float = 1e-4,
         max_samples: int = 8,
+        quantize: Literal["int8_weight_only", "int8_dynamic", "float8"] | None = None,
+        quantize_device: Literal["cpu", "cuda"] = "cpu",
+        max_accuracy_drop: float = 0.5,
+        max_output_error: float = 0.05,
+        latency_repeats: int = 30,
     ) -> list[Exported]:
         """Exports the model for inference (torch.export ``model.pt2``, ONNX ``model.onnx``), checked against eager.
+
+        With ``quantize``, also ``model.<mode>.pt2`` (torchao) and, for ``int8_dynamic``, ``model.int8_dynamic.onnx``
+        (ONNX Runtime), each checked on the validation set against the float model, timed against the float file,
+        and reported in ``quantization.json`` beside them.
 
         Args:
             model: The model, built from the config; its weights come from ``ckpt_path``.
@@ -104,17 +116,47 @@ class ProjectTrainer(pl.Trainer):
             formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
             atol: Largest absolute difference from the eager outputs that an exported file may show.
             max_samples: Samples of the first predict batch used to trace and compare (at least 2).
+            quantize: Also write the model quantized by torchao in this mode (needs the ``export`` extra);
+                ``float8`` needs a CUDA GPU of compute capability >= 8.9. ``null``: float files only.
+            quantize_device: Where the quantized program is built, checked and timed (float8: ``cuda``).
+            max_accuracy_drop: Most points of validation accuracy a quantized classifier may lose; more fails export.
+            max_output_error: For a model that is not a classifier: the largest relative RMS difference of the quantized
+                outputs from the float ones on the validation set; more fails the export.
+            latency_repeats: Timed calls per program and batch size (1 and 64); the median and IQR are recorded.
         """
         if max_samples < 2:
             raise BadInputError(f"max_samples must be >= 2 (a batch of 1 would not stay dynamic), got {max_samples}")
         if not atol >= 0:
             raise BadInputError(f"atol must be >= 0, got {atol}")
+        if not max_accuracy_drop >= 0 or not max_output_error >= 0:
+            raise BadInputError(
+                f"max_accuracy_drop and max_output_error must be >= 0, got {max_accuracy_drop}, {max_output_error}"
+            )
+        if latency_repeats < 1:
+            raise BadInputError(f"latency_repeats must be >= 1, got {latency_repeats}")
         check_formats(formats)
+        then = None
+        if quantize is not None:
+            try:
+                check_quantization(quantize, quantize_device)
+                check_quantized_formats(quantize, formats)
+                batches = validation_batches(model, datamodule)
+            except ValueError as error:
+                raise BadInputError(str(error)) from None
         path = resolve_ckpt_path(ckpt_path, self.default_root_dir)  # the CLI made `best`/`last` a file already
         destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
         check_export_dir(destination, overwrite)
         model.load_state_dict(read_checkpoint(path)["state_dict"])
-        exported = export_model(model, example_batch(model, datamodule, max_samples), destination, formats, atol)
+        inputs = example_batch(model, datamodule, max_samples)
+        if quantize is not None:
+            options = QuantizeOptions(quantize, quantize_device, max_accuracy_drop, max_output_error, latency_repeats)
+            project = {type(part).__module__.partition(".")[0] for part in (model, datamodule) if part is not None}
+
+            def then(floats: dict[str, Path]) -> None:
+                report = export_quantized(model, inputs, floats, batches, options, project - {"torch"}, atol)
+                print(format_quantization(report))
+
+        exported = export_model(model, inputs, destination, formats, atol, then)
         print(format_report(exported))
         return exported
 

@@ -6,7 +6,8 @@ onnxscript for torch's exporter, onnxruntime for the check).
 
 An export is one folder, written whole: every file goes to a temporary folder next to it, is checked against
 eager there, and the folder then takes the export folder's place (an earlier export in it is replaced as a whole).
-A failed export leaves nothing behind, and never a file that did not pass its check.
+A failed export leaves nothing behind, and never a file that did not pass its check. ``--quantize`` adds quantized
+files and their report to the same folder (``quantized_export.py``), checked there before it is moved in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,9 +24,13 @@ import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
+from .program_checks import load_program
+from .quantized_export import WRITTEN as QUANTIZED_WRITTEN
+
 FORMATS = ("torch_export", "onnx")
 FILE_NAMES = {"torch_export": "model.pt2", "onnx": "model.onnx"}
-WRITTEN = {*FILE_NAMES.values(), "model.onnx.data"}  # every file an export writes (ONNX keeps its weights beside it)
+# Every file an export writes (ONNX keeps its weights beside it), quantized ones included.
+WRITTEN = {*FILE_NAMES.values(), "model.onnx.data", *QUANTIZED_WRITTEN}
 ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
 
 
@@ -81,10 +86,16 @@ def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule 
 
 
 def export_model(
-    model: pl.LightningModule, inputs: Tensor, output_dir: Path, formats: Sequence[str], atol: float
+    model: pl.LightningModule,
+    inputs: Tensor,
+    output_dir: Path,
+    formats: Sequence[str],
+    atol: float,
+    then: Callable[[Mapping[str, Path]], object] | None = None,
 ) -> list[Exported]:
-    """Writes ``model`` in each format, checks each reproduces ``model(inputs)`` within ``atol``, then puts the files
-    in ``output_dir`` at once, replacing what an earlier export left there (see the module).
+    """Writes ``model`` in each format, checks each reproduces ``model(inputs)`` within ``atol``, runs ``then`` on
+    the checked files (format -> file; the quantized export), then puts the files in ``output_dir`` at once,
+    replacing what an earlier export left there (see the module).
 
     Raises:
         RuntimeError: An exported file's outputs differ from eager by more than ``atol`` (nothing is written).
@@ -96,6 +107,8 @@ def export_model(
     staging.mkdir(parents=True)
     try:
         exported = _export_checked(model, inputs, staging, formats, atol)
+        if then is not None:
+            then({item.format: item.path for item in exported})
         replace_folder(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -153,14 +166,7 @@ def _export_checked(
 
 def run_exported(path: Path, inputs: Tensor) -> Tensor:
     """Runs an exported file (``.pt2`` with torch, ``.onnx`` with ONNX Runtime on CPU) on ``inputs``."""
-    if path.suffix == ".pt2":
-        with torch.no_grad():
-            return torch.export.load(path).module()(inputs)
-    import onnxruntime  # optional: the `export` extra
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (outputs,) = session.run(["output"], {"input": inputs.numpy()})
-    return torch.from_numpy(outputs)
+    return load_program(path)(inputs)
 
 
 def format_report(exported: Sequence[Exported]) -> str:

@@ -1,0 +1,232 @@
+"""``export --quantize``: torchao programs (and ONNX Runtime's int8 model) checked against the float model on the
+validation set, in a fresh process, and timed; refused in one line where they cannot run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from support import TESTS, submodule
+from torch import nn
+
+from runkit.testing.support import fit_exit_code, refused, run_dir_flags
+
+pytest.importorskip("torchao", reason="quantized export needs torchao (the `export` extra)")
+quantize = submodule("tools.quantize")
+quantized_export = submodule("tools.quantized_export")
+program_checks = submodule("tools.program_checks")
+HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
+FAST = ["--latency_repeats=2"]  # latency is recorded, never asserted: two calls are enough to fill the report
+FOREIGN = ["--model=foreign.HydraStyleModule", "--data=foreign.HydraStyleData", "--model.hidden=64"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of the fixture task: a regressor, ``SequenceRegressor`` (two Linear layers)."""
+    run = tmp_path_factory.mktemp("quantize") / "runs" / "x" / "run"
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"])
+    return run
+
+
+@pytest.fixture
+def foreign_config() -> Iterator[None]:
+    """Commands start from the Trainer settings of the tests on foreign code: the module and data are its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(submodule("project").DEFAULT_CONFIG_ENV, str(TESTS / "foreign.yaml"))
+        yield
+
+
+def export(cli: ModuleType, run_dir: Path, output_dir: Path, *flags: str) -> object:
+    args = ["export", *run_dir_flags(run_dir), "--ckpt_path=best", f"--output_dir={output_dir}", *FAST]
+    return cli.build_cli([*args, *flags])
+
+
+def report(folder: Path) -> dict:
+    return json.loads((folder / "quantization.json").read_text())
+
+
+@pytest.mark.parametrize("mode", ["int8_weight_only", "int8_dynamic"])
+def test_each_cpu_mode_writes_a_quantized_program_checked_and_timed(
+    cli: ModuleType, run_dir: Path, in_tmp: Path, mode: str
+) -> None:
+    export(cli, run_dir, in_tmp / "out", f"--quantize={mode}", "--formats=[torch_export]")
+    assert {path.name for path in (in_tmp / "out").iterdir()} == {"model.pt2", f"model.{mode}.pt2", "quantization.json"}
+    program = torch.export.load(in_tmp / "out" / f"model.{mode}.pt2")
+    weight = program.state_dict["net.0.weight"]
+    assert weight.__tensor_flatten__()[0][0] == "qdata"
+    assert weight.qdata.dtype == torch.int8
+    inputs = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))  # not the traced batch size
+    expected = torch.export.load(in_tmp / "out" / "model.pt2").module()(inputs)
+    with torch.no_grad():
+        outputs = program.module()(inputs)
+    assert 0 < (outputs - expected).abs().max() < 0.05 * expected.abs().max()  # quantized: close, not equal
+
+    recorded = report(in_tmp / "out")
+    config = quantize.CONFIGS[mode]
+    assert recorded["quantized_layers"] == {"net.0": config, "net.3": config}
+    assert recorded["kept_float"] == {}
+    entry = recorded["files"]["torch_export"]
+    assert entry["fresh_process_max_abs_diff"] == 0
+    assert entry["score"]["metric"] == "relative_rms_error"
+    assert entry["score"]["samples"] == 64  # the whole validation set
+    assert 0 < entry["score"]["quantized_value"] <= 0.05
+    # Linear(16, 32) and Linear(32, 1): 544 float32 weights and 33 biases. The weights become int8 with a float32
+    # scale and an int8 zero point per output row; the biases stay float32.
+    assert entry["float_weights_bytes"] == 4 * (544 + 33)
+    assert entry["weights_bytes"] == 544 + 4 * 33 + 33 + 4 * 33
+    assert entry["file_bytes"] == (in_tmp / "out" / f"model.{mode}.pt2").stat().st_size
+    assert [(row["program"], row["batch_size"]) for row in entry["latency"]] == [
+        ("float", 1), ("quantized", 1), ("float", 64), ("quantized", 64)
+    ]  # fmt: skip
+    assert all(0 < row["q1_ms"] <= row["median_ms"] <= row["q3_ms"] for row in entry["latency"])
+
+
+def test_a_foreign_classifier_is_checked_by_accuracy_and_gets_an_int8_onnx_model(
+    cli: ModuleType, in_tmp: Path, foreign_config: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = in_tmp / "runs/foreign/run"
+    assert fit_exit_code(cli, run, *FOREIGN, "--trainer.max_epochs=3") == 0
+    formats = "[torch_export,onnx]" if HAS_ONNX else "[torch_export]"
+    config = ["--config", str(run / "config.yaml"), "--ckpt_path=last", "--output_dir=out", *FAST]
+    capsys.readouterr()
+    # 64 validation samples: one is 1.56 points, so the bound here is 3 samples (ONNX Runtime's int8 lost 2 once).
+    cli.build_cli(["export", *config, "--quantize=int8_dynamic", f"--formats={formats}", "--max_accuracy_drop=5"])
+    printed = capsys.readouterr().out
+    recorded = report(in_tmp / "out")
+    assert set(recorded["files"]) == ({"torch_export", "onnx"} if HAS_ONNX else {"torch_export"})
+    for entry in recorded["files"].values():
+        checked = entry["score"]
+        assert checked["metric"] == "accuracy"
+        assert checked["samples"] == 64
+        assert checked["float_value"] - checked["quantized_value"] <= recorded["bound"]["max_accuracy_drop"] == 5
+        assert f"val accuracy {checked['quantized_value']:.2f}% (float {checked['float_value']:.2f}%)" in printed
+        assert entry["float_weights_bytes"] == 4 * (8 * 64 + 64 * 4 + 64 + 4)
+    # torchao: int8 weights, a float32 scale and an int8 zero point per output row, float32 biases.
+    assert recorded["files"]["torch_export"]["weights_bytes"] == (8 * 64 + 64 * 4) + 4 * 68 + 68 + 4 * 68
+    if HAS_ONNX:
+        assert recorded["files"]["onnx"]["weights_bytes"] < 4 * (8 * 64 + 64 * 4 + 64 + 4) / 3  # a scale per tensor
+        session = program_checks.load_program(in_tmp / "out/model.int8_dynamic.onnx")
+        assert session(torch.randn(3, 8)).shape == (3, 4)
+
+
+def test_layers_torchao_cannot_quantize_stay_float_and_are_named() -> None:
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1),  # one input channel: torchao's per-channel int8 for convolutions refuses it
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.Flatten(),
+        nn.LayerNorm(8 * 4 * 4),
+        nn.Linear(8 * 4 * 4, 10),
+    )
+    quantized = quantize.quantize_model(model, "int8_dynamic")
+    assert quantized.layers == {"1": "IntxWeightOnlyConfig", "4": "Int8DynamicActivationInt8WeightConfig"}
+    assert set(quantized.kept_float) == {"0", "3"}
+    assert quantized.kept_float["0"].startswith("Conv2d(8, 1, 3, 3): torchao refused it (")
+    assert quantized.kept_float["3"] == "LayerNorm: torchao's int8_dynamic quantizes Linear and Conv2d layers"
+    assert type(model[4].weight) is nn.Parameter  # the model itself stays float
+    inputs = torch.randn(2, 1, 4, 4)
+    with torch.no_grad():
+        assert (quantized.module(inputs) - model(inputs)).abs().max() < 0.05
+
+
+def test_a_score_outside_the_bound_fails_the_export_with_both_numbers_and_leaves_nothing(
+    cli: ModuleType, run_dir: Path, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worse = program_checks.Score("accuracy", 96.0, 95.25, 2000)
+    monkeypatch.setattr(quantized_export, "score", lambda model, program, batches: worse)
+    message = r"model\.int8_dynamic\.pt2: validation accuracy 95\.25% against 96\.00% float: 0\.75 points lost"
+    with pytest.raises(RuntimeError, match=rf"{message} > max_accuracy_drop=0\.5"):
+        export(cli, run_dir, in_tmp / "out", "--quantize=int8_dynamic", "--formats=[torch_export]")
+    assert list(in_tmp.iterdir()) == []  # no float file either: the export is written whole or not at all
+
+
+def test_a_regressor_outside_its_bound_fails_the_export(cli: ModuleType, run_dir: Path, in_tmp: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"pt2: .* relative RMS error of 0\.\d+ > max_output_error=0\.0001"):
+        export(
+            cli,
+            run_dir,
+            in_tmp / "out",
+            "--quantize=int8_dynamic",
+            "--formats=[torch_export]",
+            "--max_output_error=1e-4",
+        )
+    assert list(in_tmp.iterdir()) == []
+
+
+def test_the_fresh_process_imports_nothing_it_is_told_not_to(in_tmp: Path) -> None:
+    path = in_tmp / "model.pt2"
+    inputs = torch.randn(2, 4)
+    torch.export.save(torch.export.export(nn.Linear(4, 2).eval(), (inputs,)), path)
+    assert program_checks.check_fresh_process(path, inputs, "cpu", ["runkit", "lightning"], atol=0) == 0
+    with pytest.raises(RuntimeError, match=r"model\.pt2: does not run in a fresh process without the project: .*torch"):
+        program_checks.check_fresh_process(path, inputs, "cpu", ["torch"], atol=0)  # what loading it needs
+
+
+def no_torchao(name: str, *args: object) -> object:
+    return None if name == "torchao" else FIND_SPEC(name, *args)
+
+
+FIND_SPEC = importlib.util.find_spec
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--quantize=float8"], "quantize: float8 runs on a CUDA GPU only: pass --quantize_device cuda"),
+        (["--quantize=int8_weight_only", "--formats=[onnx]"], "quantize: int8_weight_only quantizes torch_export"),
+        (["--quantize=int4"], "int4"),
+        (["--quantize=int8_dynamic", "--latency_repeats=0"], "latency_repeats must be >= 1, got 0"),
+        (["--quantize=int8_dynamic", "--max_accuracy_drop=-1"], "max_accuracy_drop and max_output_error must be >= 0"),
+        pytest.param(
+            ["--quantize=int8_dynamic", "--quantize_device=cuda"],
+            "quantize: int8_dynamic on cuda needs a CUDA GPU, and torch",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU"),
+        ),
+        (["--quantize=int8_dynamic", "no torchao"], "quantize: int8_dynamic needs torchao, which is not installed"),
+    ],
+)
+def test_a_mode_that_cannot_run_here_is_refused_in_one_line_and_nothing_is_written(
+    cli: ModuleType,
+    run_dir: Path,
+    in_tmp: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    message: str,
+) -> None:
+    if "no torchao" in flags:
+        flags = [flag for flag in flags if flag != "no torchao"]
+        monkeypatch.setattr(importlib.util, "find_spec", no_torchao)
+    args = ["export", *run_dir_flags(run_dir), "--ckpt_path=best", "--output_dir=out", "--formats=[torch_export]"]
+    if any(flag.startswith("--formats") for flag in flags):
+        args.remove("--formats=[torch_export]")
+    assert message in refused(capsys, lambda: cli.main([*args, *flags]))
+    assert list(in_tmp.iterdir()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["float8", "int8_dynamic", "int8_weight_only"])
+def test_each_mode_on_a_cuda_gpu_is_checked_like_on_cpu(
+    cli: ModuleType, run_dir: Path, in_tmp: Path, mode: str
+) -> None:
+    if mode == "float8" and torch.cuda.get_device_capability() < quantize.FLOAT8_CAPABILITY:
+        pytest.skip(f"float8 needs compute capability >= 8.9, this GPU has {torch.cuda.get_device_capability()}")
+    export(cli, run_dir, in_tmp / "out", f"--quantize={mode}", "--quantize_device=cuda", "--formats=[torch_export]")
+    recorded = report(in_tmp / "out")
+    entry = recorded["files"]["torch_export"]
+    assert recorded["device"] == "cuda"
+    assert recorded["machine"]["gpu"]
+    assert entry["fresh_process_max_abs_diff"] <= 1e-4
+    assert 0 < entry["score"]["quantized_value"] <= 0.05
+    if mode == "float8":  # float8 matmuls need both dimensions a multiple of 16: Linear(32, 1) stays float
+        assert set(recorded["quantized_layers"]) == {"net.0"}
+        assert recorded["kept_float"] == {
+            "net.3": "Linear(1, 32): torchao's Float8DynamicActivationFloat8WeightConfig skips it"
+        }
+    else:
+        assert set(recorded["quantized_layers"]) == {"net.0", "net.3"}
+    assert entry["weights_bytes"] < entry["float_weights_bytes"]
