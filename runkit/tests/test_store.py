@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 from fsspec.registry import known_implementations as KNOWN
+from tracker_setup import clear_tracker_environment, needs, tracker_flags
 
 from runkit.run.folders import format_runs
 from runkit.run.lock import RunLock, RunLockedError
@@ -190,3 +191,25 @@ def test_search_into_a_store_is_one_line_and_writes_nothing(
     assert "a search keeps its study and its trials in a local folder" in line, line
     assert not location(bucket).exists()
     assert list(in_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("tracker", "expected"),
+    [("mlflow", "MLFlowLogger without a tracking_uri keeps a local store"), ("wandb", "WandbLogger writes its files")],
+)
+def test_a_tracker_that_writes_local_files_is_refused_for_a_store(
+    cli: ModuleType,
+    in_tmp: Path,
+    bucket: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tracker: str,
+    expected: str,
+) -> None:
+    needs(tracker)
+    clear_tracker_environment(monkeypatch)
+    flags = tracker_flags(tracker, **{tracker: {"offline": True} if tracker == "wandb" else {}})
+    line = refused(capsys, lambda: cli.build_cli(["fit", f"--trainer.default_root_dir={bucket}", flags]))
+    assert expected in line, line
+    assert not location(bucket).exists()
+    assert [path.name for path in in_tmp.iterdir()] == ["trackers.yaml"]  # the test's own config

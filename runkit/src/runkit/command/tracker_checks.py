@@ -17,6 +17,7 @@ from ..bad_input import BadInputError
 from ..credentials import masked, move_url_credentials
 from ..run.folders import RunDirectory, plan_run
 from ..run.records import read_record
+from ..store import is_remote
 from ..trackers.entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
 from ..trackers.mlflow_logger import MLFLOW_CLIENT_DEFAULTS
 from .task_checks import check_folder
@@ -43,6 +44,12 @@ def resolve_trackers(trainer_config: Namespace) -> None:
         cls = class_of(entry)
         if cls is not None and issubclass(cls, MLFlowLogger) and isinstance(entry, Namespace):
             uri = tracking_uri(init_args(entry))
+            if uri is None and is_remote(trainer_config.get("default_root_dir")):
+                raise BadInputError(
+                    f"{KEY}: MLFlowLogger without a tracking_uri keeps a local store in <trainer.default_root_dir>/"
+                    f"{LOCAL_STORE}, and {trainer_config.get('default_root_dir')} is a store: give it a server"
+                    " (tracking_uri, or $MLFLOW_TRACKING_URI)"
+                )
             if uri is None:  # MLflow 3 refuses its file store unless asked; a client without a server needs it
                 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
                 uri = f"file:{(root / LOCAL_STORE).resolve()}"
@@ -63,6 +70,11 @@ def check_trackers(trainer_config: Namespace, run: Namespace, ckpt_path: str | N
                 )
         if cls is not None and issubclass(cls, MLFlowLogger):
             _check_mlflow(init_args(entry), root)
+        if cls is not None and issubclass(cls, WandbLogger) and is_remote(trainer_config.get("default_root_dir")):
+            raise BadInputError(
+                f"{KEY}: WandbLogger writes its files into the run folder with local paths, and"
+                f" {trainer_config.get('default_root_dir')} is a store: use TensorBoard or MLflow with a server there"
+            )
         if cls is not None and issubclass(cls, WandbLogger) and wandb_online(init_args(entry)) and not wandb_key():
             # Else W&B asks for a key on a terminal, or fails with a traceback once training starts (no terminal).
             raise BadInputError(
