@@ -8,7 +8,7 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test test-faults test-stacks test-installs lint bench clean
+.PHONY: help setup main test test-faults test-gpu test-stacks test-installs lint bench clean
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -59,6 +59,11 @@ test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each
 # runkit's long tests (~70 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
 test-faults: setup ## Run runkit's long tests, marked faults, that `make test` leaves out.
 	cd runkit && $(SERVERS) $(BIN)/python -m pytest --faults -m faults $(ARGS)
+
+# On a machine with a CUDA GPU: quantized export on CUDA (float8 needs compute capability >= 8.9), ... Without one
+# every test skips and says why (-rs).
+test-gpu: setup ## Run runkit's GPU-only tests (marked gpu); each skips with its reason where no GPU is present.
+	cd runkit && $(BIN)/python -m pytest -m gpu -rs $(ARGS)
 
 test-stacks: setup ## Run the default project's suite on the lowest and the newest stack it declares (stacks-results.txt).
 	$(BIN)/python scripts/test_stacks.py --python $(PYTHON) $(ARGS)

@@ -125,8 +125,10 @@ def test_layers_torchao_cannot_quantize_stay_float_and_are_named() -> None:
     quantized = quantize.quantize_model(model, "int8_dynamic")
     assert quantized.layers == {"1": "IntxWeightOnlyConfig", "4": "Int8DynamicActivationInt8WeightConfig"}
     assert set(quantized.kept_float) == {"0", "3"}
-    assert quantized.kept_float["0"].startswith("Conv2d(8, 1, 3, 3): torchao refused it (")
-    assert quantized.kept_float["3"] == "LayerNorm: torchao's int8_dynamic quantizes Linear and Conv2d layers"
+    assert quantized.kept_float["0"].startswith("Conv2d weight (8, 1, 3, 3): torchao refused it (")
+    assert quantized.kept_float["3"] == (
+        "LayerNorm (weight, bias): torchao's int8_dynamic quantizes Linear and Conv2d layers only"
+    )
     assert type(model[4].weight) is nn.Parameter  # the model itself stays float
     inputs = torch.randn(2, 1, 4, 4)
     with torch.no_grad():
@@ -225,7 +227,7 @@ def test_each_mode_on_a_cuda_gpu_is_checked_like_on_cpu(
     if mode == "float8":  # float8 matmuls need both dimensions a multiple of 16: Linear(32, 1) stays float
         assert set(recorded["quantized_layers"]) == {"net.0"}
         assert recorded["kept_float"] == {
-            "net.3": "Linear(1, 32): torchao's Float8DynamicActivationFloat8WeightConfig skips it"
+            "net.3": ("Linear weight (1, 32): torchao's Float8DynamicActivationFloat8WeightConfig skips this shape")
         }
     else:
         assert set(recorded["quantized_layers"]) == {"net.0", "net.3"}

@@ -82,7 +82,7 @@ def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule 
     if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
         raise ValueError(f"the example input batch has {len(inputs)} sample(s): export needs at least 2")
-    return inputs[:max_samples].float()
+    return inputs[:max_samples].float().clone()  # its own storage: a program saves its sample inputs' whole storage
 
 
 def export_model(

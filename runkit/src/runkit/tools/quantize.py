@@ -84,26 +84,24 @@ def quantize_model(model: nn.Module, mode: str) -> Quantized:
     for name, module in quantized.named_modules():
         if next(module.parameters(recurse=False), None) is None:
             continue
-        label = name or type(module).__name__
+        label, kind = name or type(module).__name__, type(module).__name__
+        own = ", ".join(parameter for parameter, _ in module.named_parameters(recurse=False))
         if name in inside_attention or isinstance(module, nn.MultiheadAttention):
-            kept_float[label] = f"{type(module).__name__} in nn.MultiheadAttention, which reads its weights directly"
+            kept_float[label] = f"{kind} ({own}) in nn.MultiheadAttention, which reads its weights directly"
             continue
         config_name = _config_name(module, mode)
         if config_name is None:
-            kept_float[label] = f"{type(module).__name__}: torchao's {mode} quantizes Linear" + (
-                " and Conv2d layers" if mode != "float8" else " layers"
-            )
+            layers_taken = "Linear and Conv2d layers" if mode != "float8" else "Linear layers"
+            kept_float[label] = f"{kind} ({own}): torchao's {mode} quantizes {layers_taken} only"
             continue
         config = _config(config_name)
         try:
             quantize_(module, config, filter_fn=lambda candidate, _fqn, target=module: candidate is target)
         except Exception as error:  # torchao refuses a shape by an assert, a reshape, ...
-            kept_float[label] = (
-                f"{type(module).__name__}{tuple(module.weight.shape)}: torchao refused it ({_line(error)})"
-            )
+            kept_float[label] = f"{kind} weight {tuple(module.weight.shape)}: torchao refused it ({_line(error)})"
             continue
         if type(module.weight) in (nn.Parameter, torch.Tensor):
-            kept_float[label] = f"{type(module).__name__}{tuple(module.weight.shape)}: torchao's {config_name} skips it"
+            kept_float[label] = f"{kind} weight {tuple(module.weight.shape)}: torchao's {config_name} skips this shape"
         else:
             layers[label] = config_name
     return Quantized(quantized, layers, kept_float)
