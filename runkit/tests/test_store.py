@@ -85,6 +85,7 @@ def test_a_run_in_a_store_stops_resumes_exactly_and_is_listed(
     assert local_folders_named_after(bucket, in_tmp) == []
     assert "finished" in format_runs(location(bucket))
     assert exit_code(cli, "validate", "-c", f"{run}/config.yaml", "--ckpt_path=best") == 0  # read from the store
+    assert exit_code(cli, "validate", f"--trainer.default_root_dir={bucket}", "--ckpt_path=last") == 0  # the newest
     writer = "--trainer.callbacks+=runkit.tools.prediction.PredictionWriter"
     assert exit_code(cli, "predict", "-c", f"{run}/config.yaml", "--ckpt_path=best", writer) == 0
     (predicted,) = (run / "predictions").iterdir()
