@@ -46,7 +46,11 @@ MOST_USED: dict[str, list[tuple[str, str]]] = {
         *[(flag.format(stage="predict"), text) for flag, text in EVALUATE[:3]],
         ("-c configs/predict/writer.yaml", "write the predictions into <run>/predictions/<time>/"),
     ],
-    "export": [*EVALUATE[:2], ("--output_dir DIR", "where the exported files go (default: <run>/export/)")],
+    "export": [
+        *EVALUATE[:2],
+        ("--output_dir DIR", "where the exported files go (default: <run>/export/)"),
+        ("--quantize int8_dynamic", "also a torchao int8 program, checked against the float model (quantization.json)"),
+    ],
 }
 TITLES = {
     "trainer": "trainer: Lightning's Trainer (configs/default.yaml, then the presets under configs/)",
