@@ -214,3 +214,15 @@ def test_a_tracker_that_writes_local_files_is_refused_for_a_store(
     assert expected in line, line
     assert not location(bucket).exists()
     assert [path.name for path in in_tmp.iterdir()] == ["trackers.yaml"]  # the test's own config
+
+
+def test_export_reads_a_checkpoint_from_the_store_into_a_local_folder_only(
+    cli: ModuleType, in_tmp: Path, bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [f"--trainer.default_root_dir={bucket}", "--run.name=r", "--ckpt_path=last", "--formats=[torch_export]"]
+    assert exit_code(cli, "fit", *flags[:2], "--trainer.max_epochs=1") == 0
+    line = refused(capsys, lambda: cli.build_cli(["export", *flags]))
+    assert "export writes a local folder" in line, line
+    assert local_folders_named_after(bucket, in_tmp) == []
+    assert exit_code(cli, "export", *flags, f"--output_dir={in_tmp / 'exported'}") == 0
+    assert (in_tmp / "exported" / "model.pt2").is_file()

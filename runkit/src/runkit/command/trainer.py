@@ -15,6 +15,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from ..bad_input import BadInputError
 from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
+from ..store import is_remote
 from ..tools.export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from ..tools.finders import Found, batch_size_find, lr_find
 from ..tools.program_checks import validation_batches
@@ -144,6 +145,11 @@ class ProjectTrainer(pl.Trainer):
             except ValueError as error:
                 raise BadInputError(str(error)) from None
         path = resolve_ckpt_path(ckpt_path, self.default_root_dir)  # the CLI made `best`/`last` a file already
+        if is_remote(output_dir) or (output_dir is None and is_remote(path)):  # its files go through local paths
+            raise BadInputError(
+                f"output_dir: export writes a local folder, and {output_dir or path} is in a store: give --output_dir a"
+                " local folder (the checkpoint is read from the store)"
+            )
         destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
         check_export_dir(destination, overwrite)
         model.load_state_dict(read_checkpoint(path)["state_dict"])
