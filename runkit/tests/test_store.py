@@ -226,3 +226,17 @@ def test_export_reads_a_checkpoint_from_the_store_into_a_local_folder_only(
     assert local_folders_named_after(bucket, in_tmp) == []
     assert exit_code(cli, "export", *flags, f"--output_dir={in_tmp / 'exported'}") == 0
     assert (in_tmp / "exported" / "model.pt2").is_file()
+
+
+def test_a_url_is_a_store_path_and_a_local_one_a_path(tmp_path: Path) -> None:
+    assert location(f"file://{tmp_path}") == tmp_path  # file:// is local: the kit's atomic local writes
+    assert location("runs") == Path("runs")
+    run = location("memory://bucket/runs") / "fixture" / "r"
+    assert isinstance(run, StorePath)
+    assert str(run) == "memory://bucket/runs/fixture/r"  # as given: the URL, never `memory:/bucket/...`
+    assert (run.name, str(run.parent), str(run.parent.parent)) == ("r", f"{run.url[:-2]}", "memory://bucket/runs")
+    assert str(location("memory://bucket").parent) == "memory://bucket"  # the top stays, as Path("/").parent
+    assert str((run / "checkpoints" / "last.ckpt").with_suffix(".png")) == f"{run}/checkpoints/last.png"
+    assert (run / "config.yaml").relative_to(run) == Path("config.yaml")
+    assert not hasattr(run, "__fspath__")  # handed to open() or os, it fails instead of writing locally
+    assert location(run) is run
