@@ -43,6 +43,7 @@ class RunLock:
     def __init__(self, directory: RunPath) -> None:
         self.path = directory / NAME
         self._stop = threading.Event()
+        self._touching = threading.Lock()  # a refresh in progress finishes before release removes the lock
         self._held = False
 
     def acquire(self) -> None:
@@ -65,13 +66,16 @@ class RunLock:
     def release(self) -> None:
         """Gives the lock back (if this process holds it)."""
         self._stop.set()
-        if self._held and _holder(self.path).get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
-        self._held = False
+        with self._touching:  # a store's refresh rewrites the lock: never after it is removed
+            if self._held and _holder(self.path).get("pid") == os.getpid():
+                self.path.unlink(missing_ok=True)
+            self._held = False
 
     def _refresh(self) -> None:
         while not self._stop.wait(REFRESH_S):
-            with contextlib.suppress(OSError):
+            with self._touching, contextlib.suppress(OSError):
+                if self._stop.is_set():
+                    return
                 if isinstance(self.path, StorePath):  # an object's time changes only with its bytes: rewritten
                     self.path.write_bytes(self.path.read_bytes())
                 else:
