@@ -10,8 +10,8 @@ instead of writing a local folder named after the URL (what ``Path("s3://b/runs"
 On an object store, one write (``write_bytes``, ``write_text``: a single PUT, or a multipart upload completed at
 its end) makes the object appear whole or not at all; the object it replaces stays readable until then (S3, GCS,
 Azure block blobs, fsspec's memory store). There is no rename: ``create_new`` is a conditional write
-(``If-None-Match: *`` on S3 through s3fs, exclusive on the memory store); on a filesystem whose fsspec
-implementation has none, fsspec checks that the object is absent and then writes it (two writers may both pass).
+(``If-None-Match: *`` on S3 through s3fs, exclusive on the memory store: ``CONDITIONAL``); elsewhere (GCS, Azure)
+the object is checked to be absent, then written (two writers may both pass).
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from fsspec.core import split_protocol
 
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 """runkit's extra that installs the filesystem of each protocol (``pip install "runkit[s3]"``)."""
+
+
+CONDITIONAL = ("s3", "s3a", "memory")
+"""Protocols whose fsspec filesystem writes an object only if it is absent, in one request (``create_new``): s3fs
+(``If-None-Match: *``) and the memory store. Others (gcsfs, adlfs: untested here) are checked, then written."""
 
 
 class StoreError(ValueError):
@@ -133,7 +138,12 @@ class StorePath:
 
     def create_new(self, data: bytes) -> None:
         """Writes the object only if none exists; raises ``FileExistsError`` otherwise (see the module)."""
-        self.fs.pipe_file(self.path, bytes(data), mode="create")
+        if self.url.partition("://")[0] in CONDITIONAL:
+            self.fs.pipe_file(self.path, bytes(data), mode="create")
+            return
+        if self.exists():  # no conditional write known here: checked, then written (two writers may both pass)
+            raise FileExistsError(self.url)
+        self.write_bytes(data)
 
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
         # Object stores have no folders: a folder exists once an object is under it.
