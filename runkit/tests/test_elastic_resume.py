@@ -23,11 +23,11 @@ import pytest
 import torch
 import yaml
 from elastic_task import NumberedPoints, trained_steps
-from support import PACKAGE
+from support import CONFIGS, PACKAGE
 from torch.utils.data import DataLoader, Dataset
 
 from runkit.safety.digests import KEY
-from runkit.safety.elastic import not_elastic
+from runkit.safety.elastic import DataLayout, not_elastic, resume_line
 from runkit.safety.resumable_data import make_resumable
 from runkit.testing.faults import fault
 from runkit.testing.support import assert_identical, last_checkpoint, launch, refused, run_dir_flags
@@ -38,6 +38,7 @@ TASK = [  # explicit: jsonargparse carries the fixture model's `lr` and `dropout
     "--model.init_args.lr=0.05",
     "--model.init_args.dropout=0.0",  # masks drawn by each process (see test_dropout_...)
     "--data=elastic_task.NumberedData",
+    f"--config={CONFIGS / 'training/ema.yaml'}",  # Lightning's EMAWeightAveraging: checkpoints hold the average
 ]
 ON = {
     1: ["--trainer.devices=1", "--trainer.strategy=auto"],
@@ -115,6 +116,22 @@ def test_what_cannot_be_elastic_is_named() -> None:
     assert not_elastic([], [], sharded_by_user=True) == [
         "the train data is sharded by the project (Trainer(use_distributed_sampler=False))"
     ]
+
+
+def test_the_resume_line_says_what_stays_the_same_and_what_does_not() -> None:
+    saved, now = DataLayout((16,), 2, per_sample=True), DataLayout((16,), 1, per_sample=True)
+    assert resume_line(saved, now, [], dropout=0) == (
+        "Resumed on 1 process(es) from 2: global batch 16 (16 per process), the same samples at every step as an"
+        " uninterrupted run"
+    )
+    assert resume_line(saved, now, [], dropout=2).endswith(
+        "; the model's 2 dropout layer(s) draw from each process's own RNG, so their masks (not the data) differ from"
+        " an uninterrupted run's"
+    )
+    assert resume_line(saved, now, ["the train data is sharded by the project"], dropout=0) == (
+        "Resumed on 1 process(es) from 2: global batch 16 (16 per process); not elastic: the train data is sharded by"
+        " the project: the data from here differs from an uninterrupted run's"
+    )
 
 
 def test_a_global_batch_the_processes_cannot_share_is_refused_before_anything_is_written(

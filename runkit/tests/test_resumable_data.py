@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -16,6 +17,7 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+import yaml
 from fixture_task import SequenceData, SequenceRegressor, Sequences
 from support import submodule
 from torch.utils.data import (
@@ -311,3 +313,7 @@ def test_the_warning_says_what_a_mid_epoch_resume_of_a_kept_loader_trains(
     cli.build_cli(["fit", *flags, "--ckpt_path=last"])
     assert [place for epoch, place in TRAINED if epoch == 0] == resumed_epoch
     assert [place for epoch, place in TRAINED if epoch == 1] == [0, 16, 32, 48]
+    sessions = yaml.safe_load(Path("runs/fixture/stream/provenance.yaml").read_text())["sessions"]
+    for session in sessions:  # the facts a resume on another process count would need
+        assert session["data"]["elastic"].startswith("not elastic: the train loader DataLoader over ")
+        assert "an IterableDataset, whose stream has no position to return to" in session["data"]["elastic"]
