@@ -8,7 +8,7 @@ BUILD ?= build
 PROJECT := $(BUILD)/image-classifier
 PACKAGE := image_classifier
 
-.PHONY: help setup main test test-faults test-gpu test-stacks test-installs lint bench clean
+.PHONY: help setup main test test-faults test-bench test-gpu test-stacks test-installs lint bench clean
 
 help: ## Show the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -59,6 +59,11 @@ test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each
 # runkit's long tests (~70 min on 2 cores): the whole fault matrix, the DDP stops, MLflow on PostgreSQL, ...
 test-faults: setup ## Run runkit's long tests, marked faults, that `make test` leaves out.
 	cd runkit && $(SERVERS) $(BIN)/python -m pytest --faults -m faults $(ARGS)
+
+# Every benchmark script end to end on a baked project in tiny mode (its numbers measure nothing; ~3 min on 2 idle
+# cores): run it when changing runkit/bench/.
+test-bench: setup ## Run each benchmark script in tiny mode on a baked project (tests marked bench).
+	$(BIN)/python -m pytest -m bench $(ARGS)
 
 # On a machine with a CUDA GPU: quantized export on CUDA (float8 needs compute capability >= 8.9), ... Without one
 # every test skips and says why (-rs).

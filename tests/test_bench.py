@@ -45,7 +45,7 @@ def run_to_the_end(args: list[str], env: dict[str, str], cwd: Path) -> str:
     return out.read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # `make test-bench`: minutes, and only about runkit/bench/
 def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "BENCH_PROJECT": str(installed(**BENCH_ANSWERS))}
     args = [sys.executable, str(ROOT / "runkit" / "bench" / "run.py"), "--tiny=true"]
