@@ -168,16 +168,24 @@ def _classes(outputs: Tensor, targets: Tensor | None) -> bool:
     )
 
 
-def latency(program: Program, sample: Tensor, batch_size: int, repeats: int, device: str) -> Latency:
-    """Times ``program`` on a batch of ``batch_size`` copies of the samples, after 3 calls to warm it up."""
+def latencies(
+    programs: dict[str, Program], sample: Tensor, batch_size: int, repeats: int, device: str
+) -> dict[str, Latency]:
+    """Times each program on a batch of ``batch_size`` copies of the samples, after 3 calls to warm it up. The
+    programs take turns, call by call, so that a machine shared with other work slows each of them alike."""
     inputs = sample[torch.arange(batch_size) % len(sample)].to(device)  # (batch_size, ...)
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in programs}
     for index in range(repeats + 3):
-        start = time.perf_counter()
-        program(inputs)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        if index >= 3:
-            times.append(1e3 * (time.perf_counter() - start))
+        for name, program in programs.items():
+            start = time.perf_counter()
+            program(inputs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if index >= 3:
+                times[name].append(1e3 * (time.perf_counter() - start))
+    return {name: _summary(batch_size, taken) for name, taken in times.items()}
+
+
+def _summary(batch_size: int, times: list[float]) -> Latency:
     q1, median, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else (times[0],) * 3
     return Latency(batch_size, median, q1, q3)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .program_checks import Latency, Program, Score, check_fresh_process, latency, load_program, score
+from .program_checks import Latency, Program, Score, check_fresh_process, latencies, load_program, score
 from .quantize import MODES, Quantized, quantize_model, tensor_bytes
 
 REPORT = "quantization.json"
@@ -93,10 +93,11 @@ def export_quantized(
         entry["weights_bytes"], entry["float_weights_bytes"] = _weights_bytes(path), _weights_bytes(float_path)
         entry["file_bytes"], entry["float_file_bytes"] = _file_bytes(path), _file_bytes(float_path)
         reference = load_program(float_path) if on == "cpu" else _eager(model.to(on))
+        programs = {"float": reference, "quantized": program}
         entry["latency"] = [
-            {"program": label, **asdict(latency(run, inputs, size, options.latency_repeats, on))}
+            {"program": label, **asdict(timed)}
             for size in LATENCY_BATCHES
-            for label, run in (("float", reference), ("quantized", program))
+            for label, timed in latencies(programs, inputs, size, options.latency_repeats, on).items()
         ]
         entry["file"], entry["float_file"] = path.name, float_path.name
     report = _report(options, quantized, files)
