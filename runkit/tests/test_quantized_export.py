@@ -84,6 +84,7 @@ def test_each_cpu_mode_writes_a_quantized_program_checked_and_timed(
         ("float", 1), ("quantized", 1), ("float", 64), ("quantized", 64)
     ]  # fmt: skip
     assert all(0 < row["q1_ms"] <= row["median_ms"] <= row["q3_ms"] for row in entry["latency"])
+    assert recorded["latency_threads"] == 1  # the default: one thread holds still on a shared machine
 
 
 def test_a_foreign_classifier_is_checked_by_accuracy_and_gets_an_int8_onnx_model(
@@ -181,7 +182,10 @@ FIND_SPEC = importlib.util.find_spec
         (["--quantize=float8"], "quantize: float8 runs on a CUDA GPU only: pass --quantize_device cuda"),
         (["--quantize=int8_weight_only", "--formats=[onnx]"], "quantize: int8_weight_only quantizes torch_export"),
         (["--quantize=int4"], "int4"),
-        (["--quantize=int8_dynamic", "--latency_repeats=0"], "latency_repeats must be >= 1, got 0"),
+        (
+            ["--quantize=int8_dynamic", "--latency_repeats=0"],
+            "latency_repeats must be >= 1 and latency_threads >= 0, got 0, 1",
+        ),
         (["--quantize=int8_dynamic", "--max_accuracy_drop=-1"], "max_accuracy_drop and max_output_error must be >= 0"),
         pytest.param(
             ["--quantize=int8_dynamic", "--quantize_device=cuda"],

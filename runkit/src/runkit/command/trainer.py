@@ -98,6 +98,7 @@ class ProjectTrainer(pl.Trainer):
         max_accuracy_drop: float = 0.5,
         max_output_error: float = 0.05,
         latency_repeats: int = 30,
+        latency_threads: int = 1,
     ) -> list[Exported]:
         """Exports the model for inference (torch.export ``model.pt2``, ONNX ``model.onnx``), checked against eager.
 
@@ -124,6 +125,8 @@ class ProjectTrainer(pl.Trainer):
             max_output_error: For a model that is not a classifier: the largest relative RMS difference of the quantized
                 outputs from the float ones on the validation set; more fails the export.
             latency_repeats: Timed calls per program and batch size (1 and 64); the median and IQR are recorded.
+            latency_threads: CPU threads of torch and ONNX Runtime while timing; 1 holds still on a machine shared with
+                other work (two threads on two busy cores read 100x slower); 0: the libraries' defaults.
         """
         if max_samples < 2:
             raise BadInputError(f"max_samples must be >= 2 (a batch of 1 would not stay dynamic), got {max_samples}")
@@ -133,8 +136,10 @@ class ProjectTrainer(pl.Trainer):
             raise BadInputError(
                 f"max_accuracy_drop and max_output_error must be >= 0, got {max_accuracy_drop}, {max_output_error}"
             )
-        if latency_repeats < 1:
-            raise BadInputError(f"latency_repeats must be >= 1, got {latency_repeats}")
+        if latency_repeats < 1 or latency_threads < 0:
+            raise BadInputError(
+                f"latency_repeats must be >= 1 and latency_threads >= 0, got {latency_repeats}, {latency_threads}"
+            )
         check_formats(formats)
         then = None
         if quantize is not None:
@@ -155,7 +160,9 @@ class ProjectTrainer(pl.Trainer):
         model.load_state_dict(read_checkpoint(path)["state_dict"])
         inputs = example_batch(model, datamodule, max_samples)
         if quantize is not None:
-            options = QuantizeOptions(quantize, quantize_device, max_accuracy_drop, max_output_error, latency_repeats)
+            options = QuantizeOptions(
+                quantize, quantize_device, max_accuracy_drop, max_output_error, latency_repeats, latency_threads
+            )
             project = {type(part).__module__.partition(".")[0] for part in (model, datamodule) if part is not None}
 
             def then(floats: dict[str, Path]) -> None:

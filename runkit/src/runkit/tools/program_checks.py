@@ -72,8 +72,9 @@ class Latency:
     q3_ms: float
 
 
-def load_program(path: Path, device: str = "cpu") -> Program:
-    """The exported file as a callable: a ``torch.export`` program on ``device``, or ONNX Runtime on CPU."""
+def load_program(path: Path, device: str = "cpu", threads: int = 0) -> Program:
+    """The exported file as a callable: a ``torch.export`` program on ``device``, or ONNX Runtime on CPU with
+    ``threads`` threads (0: its default; torch's are set by the caller)."""
     if path.suffix == ".pt2":
         module = torch.export.load(path).module()
 
@@ -84,7 +85,9 @@ def load_program(path: Path, device: str = "cpu") -> Program:
         return run
     import onnxruntime  # optional: the `export` extra
 
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda inputs: torch.from_numpy(session.run(["output"], {"input": inputs.cpu().numpy()})[0])
 
 
@@ -169,20 +172,26 @@ def _classes(outputs: Tensor, targets: Tensor | None) -> bool:
 
 
 def latencies(
-    programs: dict[str, Program], sample: Tensor, batch_size: int, repeats: int, device: str
+    programs: dict[str, Program], sample: Tensor, batch_size: int, repeats: int, device: str, threads: int
 ) -> dict[str, Latency]:
-    """Times each program on a batch of ``batch_size`` copies of the samples, after 3 calls to warm it up. The
-    programs take turns, call by call, so that a machine shared with other work slows each of them alike."""
+    """Times each program on a batch of ``batch_size`` copies of the samples, after 3 calls to warm it up, with
+    ``threads`` torch threads (0: torch's default). The programs take turns, call by call, so that a machine shared
+    with other work slows each of them alike."""
     inputs = sample[torch.arange(batch_size) % len(sample)].to(device)  # (batch_size, ...)
     times: dict[str, list[float]] = {name: [] for name in programs}
-    for index in range(repeats + 3):
-        for name, program in programs.items():
-            start = time.perf_counter()
-            program(inputs)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if index >= 3:
-                times[name].append(1e3 * (time.perf_counter() - start))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        for index in range(repeats + 3):
+            for name, program in programs.items():
+                start = time.perf_counter()
+                program(inputs)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                if index >= 3:
+                    times[name].append(1e3 * (time.perf_counter() - start))
+    finally:
+        torch.set_num_threads(before)
     return {name: _summary(batch_size, taken) for name, taken in times.items()}
 
 

@@ -40,6 +40,7 @@ class QuantizeOptions:
     max_accuracy_drop: float = 0.5
     max_output_error: float = 0.05
     latency_repeats: int = 30
+    latency_threads: int = 1
 
 
 def check_quantized_formats(mode: str, formats: Iterable[str]) -> None:
@@ -92,12 +93,13 @@ def export_quantized(
         entry["score"] = asdict(checked)
         entry["weights_bytes"], entry["float_weights_bytes"] = _weights_bytes(path), _weights_bytes(float_path)
         entry["file_bytes"], entry["float_file_bytes"] = _file_bytes(path), _file_bytes(float_path)
-        reference = load_program(float_path) if on == "cpu" else _eager(model.to(on))
-        programs = {"float": reference, "quantized": program}
+        threads = options.latency_threads
+        reference = load_program(float_path, on, threads) if on == "cpu" else _eager(model.to(on))
+        programs = {"float": reference, "quantized": load_program(path, on, threads)}
         entry["latency"] = [
             {"program": label, **asdict(timed)}
             for size in LATENCY_BATCHES
-            for label, timed in latencies(programs, inputs, size, options.latency_repeats, on).items()
+            for label, timed in latencies(programs, inputs, size, options.latency_repeats, on, threads).items()
         ]
         entry["file"], entry["float_file"] = path.name, float_path.name
     report = _report(options, quantized, files)
@@ -163,17 +165,21 @@ def _report(options: QuantizeOptions, quantized: Quantized | None, files: dict[s
         "machine": {
             "cpu": platform.processor() or platform.machine(),
             "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
+            "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
             "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if options.device == "cuda" else None,
         },
         "latency_repeats": options.latency_repeats,
+        "latency_threads": options.latency_threads or torch.get_num_threads(),
     }
 
 
 def format_quantization(report: Mapping[str, object]) -> str:
     """What ``quantization.json`` holds, in lines: per file the score, the sizes, the latency; the float layers."""
-    lines = [f"quantized {report['mode']} on {report['device']} ({len(report['quantized_layers'])} layers):"]
+    lines = [
+        f"quantized {report['mode']} on {report['device']} ({len(report['quantized_layers'])} layers); latency over"
+        f" {report['latency_repeats']} calls, {report['latency_threads']} thread(s):"
+    ]
     for name, entry in report["files"].items():
         checked = Score(**entry["score"])
         if checked.metric == "accuracy":
