@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+import fixture_task
+import lightning.pytorch as pl
 import pytest
 import torch
 from support import TESTS, submodule
@@ -169,6 +171,12 @@ def test_the_fresh_process_imports_nothing_it_is_told_not_to(in_tmp: Path) -> No
         program_checks.check_fresh_process(path, inputs, "cpu", ["torch"], atol=0)  # what loading it needs
 
 
+class NoValidationSet(fixture_task.SequenceData):
+    """The fixture task's data with predict batches to trace and no validation set to check a quantized program on."""
+
+    val_dataloader = pl.LightningDataModule.val_dataloader
+
+
 def no_torchao(name: str, *args: object) -> object:
     return None if name == "torchao" else FIND_SPEC(name, *args)
 
@@ -193,6 +201,10 @@ FIND_SPEC = importlib.util.find_spec
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU"),
         ),
         (["--quantize=int8_dynamic", "no torchao"], "quantize: int8_dynamic needs torchao, which is not installed"),
+        (
+            ["--quantize=int8_dynamic", "--data=test_quantized_export.NoValidationSet"],
+            "quantize: the data has no val_dataloader: a quantized program is checked against the float model",
+        ),
     ],
 )
 def test_a_mode_that_cannot_run_here_is_refused_in_one_line_and_nothing_is_written(
