@@ -11,6 +11,7 @@ ONNX model through ONNX Runtime's dynamic int8 quantizer, written beside the flo
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -94,7 +95,8 @@ def export_quantized(
         entry["weights_bytes"], entry["float_weights_bytes"] = _weights_bytes(path), _weights_bytes(float_path)
         entry["file_bytes"], entry["float_file_bytes"] = _file_bytes(path), _file_bytes(float_path)
         threads = options.latency_threads
-        reference = load_program(float_path, on, threads) if on == "cpu" else _eager(model.to(on))
+        # On a GPU the float reference is the eager model there (the float file was exported on the CPU).
+        reference = load_program(float_path, on, threads) if on == "cpu" else _eager(copy.deepcopy(model).to(on))
         programs = {"float": reference, "quantized": load_program(path, on, threads)}
         entry["latency"] = [
             {"program": label, **asdict(timed)}
