@@ -19,6 +19,8 @@ import yaml
 from fsspec.registry import known_implementations as KNOWN
 from tracker_setup import clear_tracker_environment, needs, tracker_flags
 
+from runkit import store
+from runkit.project import Project
 from runkit.run.folders import format_runs
 from runkit.run.lock import RunLock, RunLockedError
 from runkit.safety.checkpoint_io import CheckpointWriteError
@@ -119,6 +121,15 @@ def test_a_store_whose_filesystem_is_missing_is_one_line_and_writes_nothing(
     assert root in line
     assert (f'pip install -e ".[{extra}]"' if extra else f"no filesystem knows the protocol {protocol}://") in line
     assert list(in_tmp.iterdir()) == []
+
+
+def test_the_missing_filesystem_names_the_projects_extra_where_it_declares_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "current", lambda: Project(program="runkit"))  # a distribution that declares `s3`
+    assert store.install_hint("s3") == 'the project\'s `s3` extra: pip install -e ".[s3]"'
+    monkeypatch.setattr(store, "current", lambda: Project(program="a-project-not-installed"))
+    assert store.install_hint("s3") == (
+        'runkit\'s `s3` extra: pip install "runkit[s3]" (pip install -e ".[s3]" in runkit/)'
+    )
 
 
 def test_a_run_in_a_store_is_locked_by_a_conditional_write(bucket: str) -> None:

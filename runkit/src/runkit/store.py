@@ -17,6 +17,7 @@ the object is checked to be absent, then written (two writers may both pass).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import shutil
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from typing import Any, NamedTuple
 
 import fsspec
 from fsspec.core import split_protocol
+
+from .project import current
 
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure"}
 """runkit's extra that installs the filesystem of each protocol (``pip install "runkit[s3]"``)."""
@@ -190,13 +193,24 @@ def location(where: str | os.PathLike[str] | StorePath) -> RunPath:
         kind = fsspec.get_filesystem_class(protocol)
     except ImportError as error:
         extra = EXTRAS.get(protocol)
-        install = f'runkit\'s `{extra}` extra (pip install -e ".[{extra}]" in runkit/)' if extra else "its package"
+        install = install_hint(extra) if extra else "its package"
         raise StoreError(f"{text}: the {protocol}:// filesystem is not installed: {error}; install {install}") from None
     except ValueError:
         raise StoreError(f"{text}: no filesystem knows the protocol {protocol}:// (fsspec's protocols)") from None
     # Listings are not cached: another process (a resume, a second job) writes the same run.
     fs = kind(**{"use_listings_cache": False, **fsspec.config.conf.get(protocol, {})})
     return StorePath(text, fs)
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``: the project's own extra where its distribution declares one, else runkit's."""
+    try:
+        declared = importlib.metadata.metadata(current().program).get_all("Provides-Extra") or []
+    except importlib.metadata.PackageNotFoundError:
+        declared = []
+    if extra in declared:
+        return f'the project\'s `{extra}` extra: pip install -e ".[{extra}]"'
+    return f'runkit\'s `{extra}` extra: pip install "runkit[{extra}]" (pip install -e ".[{extra}]" in runkit/)'
 
 
 def is_remote(path: object) -> bool:
