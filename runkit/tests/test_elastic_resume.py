@@ -113,6 +113,8 @@ def test_what_cannot_be_elastic_is_named() -> None:
         "WholeBatches fetches whole batches (__getitems__): its random draws follow each process's batch",
         "OwnGenerator.rng is a random generator of its own: its draws follow each process",
     ]
+    plain, _ = make_resumable([DataLoader(list(range(8)), shuffle=True)], seed=0)  # a list: no attributes at all
+    assert not_elastic(plain, [], sharded_by_user=False) == []
     assert not_elastic([], [], sharded_by_user=True) == [
         "the train data is sharded by the project (Trainer(use_distributed_sampler=False))"
     ]

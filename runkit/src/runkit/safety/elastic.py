@@ -32,6 +32,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from .resumable_data import ResumableLoader, is_stateful
+
 STATE_KEY = "ExactResume"  # the callback whose checkpoint state holds the layout (``resume.ExactResume``)
 
 
@@ -92,13 +94,13 @@ def not_elastic(loaders: list[Any], kept: list[str], sharded_by_user: bool) -> l
     for loader in loaders:
         if not isinstance(loader, DataLoader):
             continue
-        if type(loader).__name__ != "ResumableLoader" and hasattr(loader, "state_dict"):
+        if not isinstance(loader, ResumableLoader) and is_stateful(loader):
             reasons.append(f"{type(loader).__name__} saves each process's own position, not the global one")
         dataset = getattr(loader.dataset, "dataset", loader.dataset)  # the user's, inside SeededDataset
         name = type(dataset).__name__
         if callable(getattr(dataset, "__getitems__", None)):
             reasons.append(f"{name} fetches whole batches (__getitems__): its random draws follow each process's batch")
-        generators = [key for key, value in vars(dataset).items() if _is_generator(value)]
+        generators = [key for key, value in getattr(dataset, "__dict__", {}).items() if _is_generator(value)]
         if generators:
             reasons.append(f"{name}.{generators[0]} is a random generator of its own: its draws follow each process")
     return reasons
