@@ -2,7 +2,8 @@
 
 Written as a team writes it, with nothing from the kit: a map-style ``Dataset`` of dicts whose ``__getitem__``
 augments with torch's global RNG, ``DataLoader(shuffle=True)``, a module with SGD and momentum, a step-wise LR
-schedule and a torchmetrics metric. ``TrainedSamples`` (a callback the tests add) writes, for each optimizer step, the
+schedule and a torchmetrics ``MetricCollection`` computed and logged with ``sync_dist=True`` at epoch end (a collective
+of its own). ``TrainedSamples`` (a callback the tests add) writes, for each optimizer step, the
 indices each process trained on and a sum of each augmented input.
 """
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
-from torchmetrics import MeanSquaredError
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection
 
 
 class NumberedPoints(Dataset[dict[str, Any]]):
@@ -79,7 +80,7 @@ class NumberedRegressor(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), nn.Dropout(dropout), nn.Linear(hidden, 1))
-        self.val_mse = MeanSquaredError()
+        self.val_metrics = MetricCollection({"mse": MeanSquaredError(), "mae": MeanAbsoluteError()}, prefix="val/")
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         loss = F.mse_loss(self.net(batch["x"]), batch["y"])
@@ -87,8 +88,14 @@ class NumberedRegressor(pl.LightningModule):
         return loss
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        self.val_mse(self.net(batch["x"]), batch["y"])
-        self.log("val/loss", self.val_mse, sync_dist=True)
+        prediction = self.net(batch["x"])
+        self.log("val/loss", F.mse_loss(prediction, batch["y"]), sync_dist=True)
+        self.val_metrics.update(prediction, batch["y"])
+
+    def on_validation_epoch_end(self) -> None:
+        # The collection's own collective (its compute gathers every process's state), then Lightning's reduction.
+        self.log_dict(self.val_metrics.compute(), sync_dist=True)
+        self.val_metrics.reset()
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)

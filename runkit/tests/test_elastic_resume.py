@@ -221,10 +221,10 @@ def two_to_one(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def one_to_two(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """1 process killed (SIGKILL, nothing saved at the stop) at step 17, resumed on 2 from the step-16 checkpoint; and
-    a straight run on 1."""
+    """1 process killed (SIGKILL to its pid alone, nothing saved at the stop; its loader workers see their parent gone)
+    at step 17, resumed on 2 from the step-16 checkpoint; and a straight run on 1."""
     cwd = tmp_path_factory.mktemp("one-to-two")
-    kill = fault("SignalFromOutside", phase="train", signum=int(signal.SIGKILL), target="group", step=17)
+    kill = fault("SignalFromOutside", phase="train", signum=int(signal.SIGKILL), target="main", step=17)
     every = "--last_checkpoint.every_n_train_steps=4"
     run, out = stopped_then_resumed(cwd, 1, 2, [kill, every], -signal.SIGKILL)
     reference = tmp_path_factory.mktemp("straight-one")
