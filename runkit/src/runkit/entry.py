@@ -1,5 +1,6 @@
-"""runkit's entry point, which a project's console script calls with its ``Project``: ``runs`` and ``search``
-first, then every LightningCLI subcommand (``command/cli.py``).
+"""runkit's entry point, which a project's console script calls with its ``Project``: the subcommands with parsers
+of their own (``runs``, ``search``) first, then every LightningCLI subcommand (``command/cli.py``); the list of
+subcommands is ``subcommands.py``.
 
 It imports torch and Lightning only for the commands that need them: ``runs``, a subcommand that does not exist
 and a config file that is not there answer at once.
@@ -23,40 +24,29 @@ from typing import TYPE_CHECKING, Any
 
 from .legacy import alias_old_kit
 from .project import DEFAULT_CONFIG_ENV, Project, make_current
+from .subcommands import SUBCOMMANDS
 
 if TYPE_CHECKING:
     from .command.cli import ProjectCLI
 
 __all__ = ["DEFAULT_CONFIG_ENV", "Project", "build_cli", "main"]
-SUBCOMMANDS = ("fit", "validate", "test", "predict", "schedule", "export", "lr_find", "batch_size_find")
-"""LightningCLI's subcommands and the kit's (``command/trainer.py``); ``runs`` and ``search`` are dispatched here."""
 
 
 def main(args: Sequence[Any] | None = None, project: Project | None = None) -> None:
     """The command line: called by the project's entry point (``src/<package>/cli.py``) with its ``project``.
 
-    ``runs`` (list the runs) is handled before LightningCLI: it needs no model, data or config. Neither is
-    ``search``, which would otherwise build the model and data: it starts each trial as a ``fit`` from the
-    config (``<package> search --help``; needs the ``search`` extra).
+    A subcommand with a parser of its own (``runs``, ``search``: ``subcommands.py``) runs before any LightningCLI is
+    built: ``runs`` needs no model, data or config, and ``search`` starts each trial as a ``fit`` of its own.
     """
     project = started(project)
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
-    if argv[:1] == ["runs"]:
-        from jsonargparse import auto_cli
-
-        from .run.folders import list_runs
-
-        auto_cli(list_runs, args=argv[1:], prog=f"{project.program} runs")
-        return
     if problem := refused_at_once(argv):
         program = project.program
         print(f"usage: {program} <subcommand> [options] (see {program} --help)", file=sys.stderr)
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if argv[:1] == ["search"]:
-        from .search import main as search
-
-        search(argv[1:], project)
+    if argv and (entry := SUBCOMMANDS.get(argv[0])) is not None and entry.kind == "own":
+        entry.function()(argv[1:], project)  # `runs`, `search`, ...: their own parsers, no LightningCLI
         return
     _run(argv if args is not None else None, project)
 
@@ -72,10 +62,10 @@ def started(project: Project | None) -> Project:
 def refused_at_once(argv: list[str]) -> str | None:
     """What a command line gets wrong that needs no class to tell: an unknown subcommand, a missing config file."""
     first = next((arg for arg in argv if not arg.startswith("-")), None)
-    if argv and not argv[0].startswith("-") and first not in (*SUBCOMMANDS, "search"):
-        close = [name for name in (*SUBCOMMANDS, "runs", "search") if name.startswith(first[:2])]
+    if argv and not argv[0].startswith("-") and first not in SUBCOMMANDS:
+        close = [name for name in SUBCOMMANDS if name.startswith(first[:2])]
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        return f"no subcommand {first!r}: choose from {', '.join((*SUBCOMMANDS, 'runs', 'search'))}{hint}"
+        return f"no subcommand {first!r}: choose from {', '.join(SUBCOMMANDS)}{hint}"
     for index, arg in enumerate(argv):
         flag, _, value = arg.partition("=")
         if flag in ("-c", "--config"):

@@ -18,7 +18,7 @@ from datetime import datetime
 from itertools import count
 from typing import Any
 
-from ..project import current
+from ..project import Project, current
 from ..store import RunPath, StoreError, StorePath, location
 from .records import FILE, read_record, session_status
 
@@ -183,6 +183,13 @@ def _started(run: RunPath, record: dict[str, Any] | None) -> tuple[str, str]:
             mtime = 0.0
         started = datetime.fromtimestamp(mtime).astimezone().isoformat()
     return str(started), run.name
+
+
+def main(argv: list[str], project: Project) -> None:
+    """``<program> runs``: the flags of ``list_runs``."""
+    from jsonargparse import auto_cli
+
+    auto_cli(list_runs, args=argv, prog=f"{project.program} runs")
 
 
 def list_runs(root: str = "runs", experiment: str | None = None) -> None:
