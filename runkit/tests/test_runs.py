@@ -206,3 +206,38 @@ def test_runs_skips_a_provenance_yaml_that_is_not_a_record_and_names_it(
     err = capsys.readouterr().err
     for name, problem in (("copied", "no sessions"), ("other", "sessions[0]: no start time")):
         assert f"warning: {EXPERIMENT / name / 'provenance.yaml'}: not a provenance record ({problem}); skipped" in err
+
+
+def test_every_printed_command_is_quoted_for_the_shell(
+    run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], lightning_log: list[str]
+) -> None:
+    # A run in `x y/ü z`: pasted into a shell, `runs`' command and the end-of-fit lines run it (each word one argument).
+    run_dir = Path("x y/ü z/a b")
+    run_cli("fit", *run_dir_flags(run_dir), *SHORT)
+    printed = "\n".join(lightning_log).splitlines()
+    closing = [line.split(":", 1)[1].strip() for line in printed if line.startswith(("  validate:", "  continue:"))]
+    capsys.readouterr()
+    runs.list_runs(root="x y")
+    command = capsys.readouterr().out.strip().splitlines()[-1].split("  ")[-1].strip()
+    pasted = [shlex.split(line.replace(" --trainer.max_epochs <more>", "")) for line in [command, *closing]]
+    assert [words[1:4] for words in pasted] == [
+        ["validate", "-c", str(run_dir / "config.yaml")],
+        ["validate", "-c", str(run_dir / "config.yaml")],
+        ["fit", "-c", str(run_dir / "config.yaml")],
+    ]
+    validated = run_cli(*pasted[0][1:])
+    assert validated.trainer.ckpt_path == str(run_dir / "checkpoints" / "best.ckpt")
+    tensorboard = next(line for line in printed if line.startswith("  TensorBoard:"))
+    assert shlex.split(tensorboard.split(":", 1)[1]) == ["tensorboard", "--logdir", str(run_dir)]
+
+
+@pytest.mark.parametrize("name", ["a\nb", "tab\there"])
+def test_a_run_name_with_a_control_character_is_refused_in_one_line(
+    run_process: Callable[..., subprocess.CompletedProcess[str]], name: str
+) -> None:
+    done = run_process("fit", f"--run.name={name}", *SHORT)
+    assert done.returncode == 2
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: run.name must be a folder name without control characters, got {name!r}"], done.stdout
+    assert "Traceback" not in done.stdout
+    assert not Path("runs").exists()

@@ -20,6 +20,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from ..run.folders import shell_command
 from ..store import RunPath, location
 
 QUIET_LINES = (
@@ -77,11 +78,12 @@ def closing_block(program: str, directory: RunPath, trainer: pl.Trainer, session
     config = directory / "config.yaml"
     checkpoints = [name for name in ("best", "last") if (directory / "checkpoints" / f"{name}.ckpt").is_file()]
     if checkpoints:
-        lines.append(f"  validate:     {program} validate -c {config} --ckpt_path {checkpoints[0]}")
+        validate = shell_command(program, "validate", "-c", config, "--ckpt_path", checkpoints[0])
+        lines.append(f"  validate:     {validate}")
     if "last" in checkpoints:
         more = "" if status != "finished" else " --trainer.max_epochs <more>"
-        lines.append(f"  continue:     {program} fit -c {config} --ckpt_path last{more}")
-    lines.append(f"  TensorBoard:  tensorboard --logdir {directory}")
+        lines.append(f"  continue:     {shell_command(program, 'fit', '-c', config, '--ckpt_path', 'last')}{more}")
+    lines.append(f"  TensorBoard:  {shell_command('tensorboard', '--logdir', directory)}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ other checkpoint starts a new run, and leaves the one it came from untouched (``
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +43,8 @@ class RunDirectory:
         for key, value in (("experiment", experiment), ("name", name)):
             if value is not None and (not value or value in {".", ".."} or "/" in value or os.sep in value):
                 raise ValueError(f"run.{key} must be a folder name, got {value!r}")
+            if value is not None and not value.isprintable():  # a newline breaks `runs`' rows and every command
+                raise ValueError(f"run.{key} must be a folder name without control characters, got {value!r}")
         self.experiment = experiment
         self.name = name
 
@@ -174,6 +177,12 @@ def run_of(checkpoint: RunPath) -> RunPath | None:
     return folder.parent if folder.name == CHECKPOINTS and is_run(folder.parent) else None
 
 
+def shell_command(program: str, *words: object) -> str:
+    """A command to copy and paste into a shell: ``program`` (the project's console script, as it is typed), then
+    ``words`` each quoted as the shell needs (a run in ``x y/ü z``)."""
+    return f"{program} {shlex.join(map(str, words))}"
+
+
 def _started(run: RunPath, record: dict[str, Any] | None) -> tuple[str, str]:
     sessions = (record or {}).get("sessions") or [{}]
     if not (started := sessions[0].get("started")):
@@ -224,9 +233,9 @@ def format_runs(root: RunPath, experiment: str | None = None) -> str:
             best = progress.get("best") or {}
             checkpoints = {name for name in ("last", "best") if (run / CHECKPOINTS / f"{name}.ckpt").is_file()}
             if "last" in checkpoints and status not in ("finished", "running"):
-                command = f"{program} fit -c {run / 'config.yaml'} --ckpt_path last"
+                command = shell_command(program, "fit", "-c", run / "config.yaml", "--ckpt_path", "last")
             elif checkpoints:
-                command = f"{program} validate -c {run / 'config.yaml'} --ckpt_path {min(checkpoints)}"
+                command = shell_command(program, "validate", "-c", run / "config.yaml", "--ckpt_path", min(checkpoints))
             else:
                 command = "-"
             rows.append(
