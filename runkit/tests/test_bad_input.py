@@ -417,3 +417,20 @@ def test_a_broken_default_config_is_named(
     Path("default.yaml").write_text("trainer:\n  max_epochs: 2\n model: x\n")
     monkeypatch.setenv(submodule("project").DEFAULT_CONFIG_ENV, "default.yaml")
     assert "config default.yaml, line 3, column" in refused_cli(run_cli, capsys, "fit")
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(in_tmp: Path) -> None:
+    # 8 levels of 10 aliases: ~600 bytes that expand to 10^8 values. jsonargparse copied them until the process ran out
+    # of memory (a 112-line MemoryError); the process gets 3 GB of address space, so that a regression fails fast.
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 8)]
+    Path("bomb.yaml").write_text("\n".join(["trainer:", "  max_epochs: 1", *levels]) + "\n")
+    assert len(Path("bomb.yaml").read_bytes()) < 700
+    done = launch(PACKAGE, "fit", "--config=bomb.yaml", cwd=in_tmp, wrapper=("prlimit", f"--as={3 * 2**30}"))
+    assert done.returncode == 2, done.stdout
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stdout
+    assert errors[0].startswith("error: config bomb.yaml: its YAML aliases (*name) expand it to 123,456,")
+    assert errors[0].endswith("aliases may add 1,000,000 (an alias bomb?): refused before expanding them")
+    assert "Traceback" not in done.stdout
+    assert not Path("runs").exists()

@@ -112,11 +112,46 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+MAX_ALIAS_VALUES = 1_000_000
+"""The most values YAML aliases may add to a config when expanded: a 600-byte file of nested aliases (an alias bomb)
+expands to 10^8 values, which jsonargparse copies until the process runs out of memory."""
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` holds with every alias in it expanded (each node counted once in ``sizes``)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # a recursive alias counts once here: PyYAML builds it as a cycle
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if isinstance(node, yaml.CollectionNode):
+            sizes[id(node)] = 1 + sum(_expanded(child, sizes) for child in children)
+    return sizes[id(node)]
+
+
+def _load(text: str, path: str | Path) -> Any:
+    """The YAML document in ``text``, each key once, refused (``TypeError``) where its aliases expand past
+    ``MAX_ALIAS_VALUES``; counted on the parsed nodes, before any value is built."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+        values = _expanded(node, sizes)
+        if values - len(sizes) > MAX_ALIAS_VALUES:  # what the aliases add to the values written in the file
+            raise TypeError(
+                f"config {path}: its YAML aliases (*name) expand it to {values:,} values, {len(sizes):,} of them"
+                f" written; aliases may add {MAX_ALIAS_VALUES:,} (an alias bomb?): refused before expanding them"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def check_config_file(path: str | Path) -> dict[Any, Any]:
     """``path``'s YAML mapping; raises ``TypeError`` (jsonargparse's type for a bad config) unless it is one, with each
-    key once."""
+    key once and its aliases within ``MAX_ALIAS_VALUES``."""
     try:
-        loaded = yaml.load(location(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        loaded = _load(location(path).read_text(encoding="utf-8"), path)
     except UnicodeDecodeError:
         raise TypeError(f"config {path} is not a text file") from None
     except _DuplicateKeyError as error:
