@@ -3,6 +3,7 @@ Lightning behaviour each works around is still there: an upgrade that changes on
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert callable(loop.teardown)  # end_fit_loop
     assert (loop.max_epochs, loop.epoch_loop.max_steps) == (None, -1)  # run_exactly's limits
     assert callable(LightningCLI._parse_ckpt_path)  # FitKeepsItsModel
-    for name in ("_parser", "_get", "_run_subcommand"):  # CLIInternals
+    for name in ("_parser", "_get", "_run_subcommand", "_prepare_subcommand_kwargs"):  # CLIInternals
         assert callable(getattr(LightningCLI, name)), name
     assert trainer._accelerator_connector.use_distributed_sampler is True  # uses_distributed_sampler
     assert pl.callbacks.BatchSizeFinder()._early_exit is False  # end_fit_when_found
@@ -219,3 +220,27 @@ def test_a_checkpoint_whose_validation_is_marked_not_done_runs_it_again_on_resum
     assert saved.keys() == trainer.fit_loop.epoch_loop.val_loop.batch_progress.state_dict().keys()
     trainer.fit_loop.epoch_loop.val_loop.batch_progress.load_state_dict(saved)
     assert trainer.fit_loop.epoch_loop.val_loop.batch_progress.current.processed == 0
+
+
+def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_the_context() -> None:
+    # safety/rendezvous.py: Lightning has no hook before the processes meet; the callbacks' setup comes after.
+    entered: list[str] = []
+
+    class Setup(Callback):
+        def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+            entered.append("callback setup")
+
+    @contextlib.contextmanager
+    def context() -> Iterator[None]:
+        entered.append("enter")
+        yield
+        entered.append("exit")
+
+    trainer = pl.Trainer(
+        fast_dev_run=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, callbacks=[Setup()]
+    )
+    setup = trainer.strategy.setup_environment
+    submodule("lightning_internals").around_process_group_setup(trainer, context)
+    trainer.fit(BoringModel())
+    assert entered == ["enter", "exit", "callback setup"]
+    assert callable(setup)  # Strategy.setup_environment: where DDP's init_process_group runs

@@ -8,6 +8,7 @@ Lightning, so an upgrade that breaks one fails there, by name, not somewhere dee
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import lightning.pytorch as pl
@@ -47,6 +48,20 @@ def logger_writes_now(trainer: pl.Trainer) -> bool:
     as the run stops), every ``log_every_n_steps``-th batch of an evaluation. ``LoggerConnector.should_update_logs``
     is private."""
     return bool(trainer._logger_connector.should_update_logs)
+
+
+def around_process_group_setup(trainer: pl.Trainer, context: Callable[[], AbstractContextManager[Any]]) -> None:
+    """Runs ``trainer.strategy.setup_environment`` (where the run's processes meet: ``init_process_group``) inside
+    ``context()``. Lightning has no hook before it: the callbacks' ``setup`` comes after, so this wraps the method on
+    this strategy object (``safety/rendezvous.py``)."""
+    strategy = trainer.strategy
+    setup = strategy.setup_environment
+
+    def setup_environment() -> None:
+        with context():
+            setup()
+
+    strategy.setup_environment = setup_environment  # type: ignore[method-assign]
 
 
 def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
@@ -165,7 +180,9 @@ class CLIInternals:
 
     ``_parser(subcommand)`` and ``_get(config, key)`` reach a subcommand's parser and a key of its config;
     ``_run_subcommand`` is where a subcommand runs, the one place the kit can stand around every command (stop
-    signals, the run's session, setup errors). LightningCLI has no public hook for either.
+    signals, the run's session, setup errors), and ``_prepare_subcommand_kwargs`` its arguments from the config.
+    LightningCLI has no public hook for either. (The kit defines no ``before_<subcommand>``/``after_<subcommand>``
+    hooks, which ``_run_subcommand`` would also call.)
     """
 
     def subcommand_parser(self, subcommand: str | None) -> Any:
@@ -175,11 +192,11 @@ class CLIInternals:
         return self._get(config, key, default=default)  # type: ignore[attr-defined]
 
     def _run_subcommand(self, subcommand: str) -> None:
-        self.run_subcommand(lambda: super(CLIInternals, self)._run_subcommand(subcommand))  # type: ignore[misc]
+        self.run_subcommand(subcommand, self._prepare_subcommand_kwargs(subcommand))  # type: ignore[attr-defined]
 
-    def run_subcommand(self, run: Callable[[], None]) -> None:
-        """Runs the subcommand (``run``); a subclass stands around it."""
-        run()
+    def run_subcommand(self, subcommand: str, arguments: dict[str, Any]) -> None:
+        """Runs the subcommand (the Trainer's method of that name) with ``arguments``; a subclass stands around it."""
+        getattr(self.trainer, subcommand)(**arguments)  # type: ignore[attr-defined]
 
 
 VALIDATION_NOT_DONE = {
@@ -215,10 +232,3 @@ def run_exactly(trainer: pl.Trainer, steps: int) -> None:
     Lightning's tuner sets the loops' limits the same way, privately."""
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = steps
-
-
-def resolved_ckpt_path(arguments: Any, path: str | None) -> None:
-    """Writes the checkpoint the kit resolved (``best``/``last`` -> a file) back into the subcommand's arguments in
-    LightningCLI's stored config, where ``_run_subcommand`` reads ``ckpt_path`` from (the config is LightningCLI's own,
-    not a public input)."""
-    arguments["ckpt_path"] = path

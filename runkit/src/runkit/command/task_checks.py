@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from ..bad_input import BadInputError
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
+from ..safety.rendezvous import check_launcher
 from ..store import StoreError, location
 from ..writable import unwritable
 
@@ -62,6 +63,7 @@ def check_trainer(trainer: pl.Trainer) -> None:
             f"trainer.devices: {trainer.num_devices} processes on this machine's {cores} CPU cores would share"
             f" cores: use --trainer.devices {cores} or fewer"
         )
+    check_launcher(trainer)  # a multi-node run needs a launcher; a stop signal ends its processes' meeting
 
 
 def check_paths(trainer: pl.Trainer) -> None:
