@@ -4,9 +4,9 @@ module that runs it, imported only when that subcommand is called (as git's and 
 Three kinds:
 
 - ``lightning``: LightningCLI's own (``fit``, ``validate``, ``test``, ``predict``), run by ``command/cli.py``.
-- ``trainer``: a Trainer method LightningCLI parses like ``fit`` (``export``, ``lr_find``, ...): ``runs`` names the
-  function, whose signature (after ``trainer``) is the subcommand's flags; ``model`` and ``datamodule`` come from
-  the config.
+- ``trainer``: a Trainer method LightningCLI parses like ``fit`` (``export``, ``lr_find``, ...): ``runs`` names a
+  function ``f(trainer, model, datamodule, ...)``, which becomes a method of the command's Trainer class
+  (``command/trainer.py``); its other arguments are the subcommand's flags, except ``command`` (``CommandLine``).
 - ``own``: a command with its own parser, called as ``function(argv, project)`` before any LightningCLI is built
   (``runs``, ``search``, ``sweep``).
 
@@ -19,6 +19,19 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What a ``trainer`` subcommand that takes a ``command`` argument is given by the CLI (not a flag): the parser
+    and the parsed config of the command line that runs it (the finders write a preset of one of its keys)."""
+
+    parser: Any
+    config: Any
+
+
+TAKEN_FROM_THE_CONFIG = {"model", "datamodule", "command"}
+"""A ``trainer`` subcommand's arguments that are not flags: the objects built from the config, and the command."""
 
 
 @dataclass(frozen=True)

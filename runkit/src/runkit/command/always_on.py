@@ -19,6 +19,7 @@ from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, Th
 from ..observe.progress import EpochLine
 from ..parts.matmul_precision import unless_configured
 from ..safety.checkpoint_io import AtomicCheckpointIO
+from ..safety.elastic import DataLayout
 from ..safety.nonfinite import StopOnNonFinite
 from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
@@ -28,12 +29,13 @@ from .task_checks import StartCheck
 from .worker_count import check_workers
 
 
-def kit_callbacks(trainer_config: dict[str, Any]) -> list[pl.Callback]:
+def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = None) -> list[pl.Callback]:
     """The callbacks every run gets, whatever ``trainer.callbacks`` holds: safeguards, then observability.
 
-    Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches.
+    Settings come from their own keys (``best_checkpoint``, ``last_checkpoint``) and the Trainer's switches;
+    ``saved``: the data layout of the checkpoint a fit starts from (exact resume rebuilds the train loader to it).
     """
-    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(check_workers), PlateauResume()]
+    callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(check_workers, saved), PlateauResume()]
     callbacks.append(Preemption())
     callbacks.append(StopOnNonFinite())
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them

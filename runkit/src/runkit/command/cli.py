@@ -9,6 +9,7 @@ no config can drop them.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from ..bad_input import (
     innermost_cause,
     refused_parse,
 )
-from ..lightning_internals import CLIInternals, FitKeepsItsModel, resolved_ckpt_path
+from ..lightning_internals import CLIInternals, FitKeepsItsModel
 from ..observe.first_screen import quiet_lightning
 from ..project import Project, drop_unlanded_links
 from ..run.config import follow_the_folder, with_newest_run_config
@@ -37,6 +38,7 @@ from ..run.session import RunSession
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.lost_process import exit_if_lost
 from ..safety.signals import STOP
+from ..subcommands import CommandLine
 from ..trackers.placement import for_session
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .checkpoint_model import SaysReplacedModel
@@ -44,7 +46,7 @@ from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
 from .task_checks import check_folder, check_monitor, check_paths, check_task, check_trainer
 from .tracker_checks import check_trackers, resolve_trackers
-from .trainer import EXTRA_SUBCOMMANDS, ProjectTrainer
+from .trainer import trainer_class, trainer_subcommands
 
 
 class SharedWhenCopied:
@@ -116,6 +118,44 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         except Exception as error:
             self._refuse(innermost_cause(error))
 
+    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        """Steps 3 to 5 (runkit/README.md): the checks that need no Trainer, the run's folder, lock and
+        ``config.yaml`` (``fit``), then the Trainer with the safeguards registered."""
+        config = self.config_value(self.config_init, "trainer", default={})
+        arguments = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        if self.subcommand is not None:  # before a run directory exists (BadInputError: refused, exit 2)
+            check_task(self.subcommand, self.model, self.datamodule)
+            check_folder("trainer.default_root_dir", config.get("default_root_dir"))
+        self.session = session = RunSession(self.subcommand)
+        try:
+            ckpt_path = session.prepare(
+                self.config_value(self.config_init, "run"),
+                config,
+                arguments.get("ckpt_path"),
+                self.model,
+                arguments.get("seed_everything"),
+            )
+            if self.subcommand == "fit":
+                dumped = yaml.safe_load(self.subcommand_parser("fit").dump(self.config["fit"], skip_none=False))
+                session.check_resume(dumped, self.project.links.values(), self.model)
+        except ValueError as error:
+            session.release()
+            self.parser.error(str(error))
+        parser, parsed = self.subcommand_parser(self.subcommand), self.config.get(str(self.subcommand), self.config)
+        recorders = session.save_config(parser, parsed) if self.subcommand else []
+        best = as_list(self.config_value(self.config_init, "best_checkpoint"))  # none: `best_checkpoint: null`
+        logger = for_session(session, self.config_value(self.config, "trainer")["logger"], config["logger"])
+        kwargs |= trainer_arguments(config, session, logger, [*recorders, *best])
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+            session.check_processes(trainer)  # a checkpoint whose global batch these processes cannot share
+        except BaseException:
+            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind, nor a lock
+            raise
+        if self.subcommand:
+            session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
+        return trainer
+
     def after_instantiate_classes(self) -> None:
         drop_unlanded_links(self.project.links, {"model": self.model, "data": self.datamodule})
         try:
@@ -131,67 +171,27 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
         self.subcommand_parser(self.subcommand).error(refusal(error), error if isinstance(error, Exception) else None)
 
-    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
-        config = self.config_value(self.config_init, "trainer", default={})
-        # `enable_progress_bar: null` (the default) means: a bar on a terminal, none in CI logs or pipes.
-        if config.get("enable_progress_bar") is None:
-            kwargs.setdefault("enable_progress_bar", interactive())
-        kwargs["plugins"] = with_atomic_checkpoint_io(config.get("plugins"))
-        if self.subcommand is not None:  # before a run directory exists (BadInputError: refused, exit 2)
-            check_task(self.subcommand, self.model, self.datamodule)
-            check_folder("trainer.default_root_dir", config.get("default_root_dir"))
-        self.session = session = RunSession(self.subcommand)
-        arguments = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        try:
-            ckpt_path = session.prepare(
-                self.config_value(self.config_init, "run"),
-                config,
-                arguments.get("ckpt_path"),
-                self.model,
-                arguments.get("seed_everything"),
-            )
-            if self.subcommand == "fit":
-                dumped = yaml.safe_load(self.subcommand_parser("fit").dump(self.config["fit"], skip_none=False))
-                session.check_resume(dumped, self.project.links.values(), self.model)
-        except ValueError as error:
-            session.release()
-            self.parser.error(str(error))
-        if self.subcommand and arguments.get("ckpt_path") is not None:
-            resolved_ckpt_path(arguments, ckpt_path)  # `best`/`last` resolved to a file
-        parser, parsed = self.subcommand_parser(self.subcommand), self.config.get(str(self.subcommand), self.config)
-        callbacks = session.save_config(parser, parsed) if self.subcommand else []
-        kwargs["default_root_dir"] = str(session.directory)  # everything the Trainer writes by itself goes there too
-        kwargs["logger"] = for_session(session, self.config_value(self.config, "trainer")["logger"], config["logger"])
-        kit_config = {**config, "logger": kwargs.get("logger", config.get("logger"))}
-        callbacks += as_list(self.config_value(self.config_init, "best_checkpoint"))  # none: `best_checkpoint: null`
-        kwargs["callbacks"] = [*as_list(config.get("callbacks")), *kit_callbacks(kit_config), *callbacks]
-        try:
-            trainer = super().instantiate_trainer(**kwargs)
-            session.check_processes(trainer)  # a checkpoint whose global batch these processes cannot share
-        except BaseException:
-            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind, nor a lock
-            raise
-        if isinstance(trainer, ProjectTrainer):
-            trainer.command = (parser, parsed)
-        if self.subcommand:
-            session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
-        return trainer
-
-    def run_subcommand(self, run: Callable[[], None]) -> None:
-        """LightningCLI's runner, with the stop signals handled (``safety/signals.py``) and the end of the run's session
+    def run_subcommand(self, subcommand: str, arguments: dict[str, Any]) -> None:
+        """Runs the subcommand with its ``arguments`` from the config, ``best``/``last`` resolved to the checkpoint the
+        session chose, with the stop signals handled (``safety/signals.py``) and the end of the run's session
         recorded, however it ends.
 
         A value the task's own hooks refuse (a DataLoader with batch_size 0, an optimizer with a negative LR)
         surfaces inside the Trainer, after Lightning opened its files: it is refused as bad input, and what
         the command wrote is taken back.
         """
+        if arguments.get("ckpt_path") is not None:
+            arguments["ckpt_path"] = self.session.checkpoint
+        method = getattr(self.trainer, subcommand)
+        if "command" in inspect.signature(method).parameters:  # the finders write a preset of one of its keys
+            arguments["command"] = CommandLine(self.subcommand_parser(subcommand), self.config[subcommand])
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
         with STOP.installed(), self.session.watching():
             if said := STOP.said_ignored():  # the shell's convention wins: nohup's SIGHUP, a background job's SIGINT
                 rank_zero_info(said)
             try:
-                run()
+                method(**arguments)
             except BaseException as error:
                 if isinstance(error, Exception) and setup.refuses(error):
                     if not setup.trained:
@@ -210,6 +210,23 @@ def discard_new_run(cli: ProjectCLI) -> None:
     """Removes the run directory the command created (nothing ran in it)."""
     if (session := getattr(cli, "session", None)) is not None:
         session.discard()
+
+
+def trainer_arguments(
+    config: dict[str, Any], session: RunSession, logger: Any, callbacks: list[pl.Callback]
+) -> dict[str, Any]:
+    """What the kit gives the Trainer beside the config's ``trainer`` keys: the run folder, the loggers placed in it,
+    the atomic checkpoint writer, and the callbacks every run gets (``always_on.py``) after the config's own."""
+    kit = kit_callbacks({**config, "logger": logger}, session.layout)
+    arguments = {
+        "default_root_dir": str(session.directory),  # everything the Trainer writes by itself goes there too
+        "logger": logger,
+        "plugins": with_atomic_checkpoint_io(config.get("plugins")),
+        "callbacks": [*as_list(config.get("callbacks")), *kit, *callbacks],
+    }
+    if config.get("enable_progress_bar") is None:  # null (the default): a bar on a terminal, none in CI or pipes
+        arguments["enable_progress_bar"] = interactive()
+    return arguments
 
 
 def refusal(error: BaseException) -> str:
@@ -252,7 +269,7 @@ def build_cli(
         None,  # any LightningDataModule, or none (`--data null`): a module that brings its own loaders
         subclass_mode_model=True,
         subclass_mode_data=True,
-        trainer_class=ProjectTrainer,
+        trainer_class=trainer_class([only] if only else every_subcommand() if run else []),
         parser_class=HelpfulParser,
         trainer_defaults={"default_root_dir": "runs"},
         seed_everything_default=42,
@@ -275,4 +292,4 @@ def build_cli(
 
 def every_subcommand() -> dict[str, set[str]]:
     """Lightning's subcommands and the kit's, each with the Trainer method arguments its parser leaves out."""
-    return {**LightningCLI.subcommands(), **EXTRA_SUBCOMMANDS}
+    return {**LightningCLI.subcommands(), **trainer_subcommands()}

@@ -27,7 +27,6 @@ from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
 from ..safety.elastic import DataLayout, check_processes, saved_layout
-from ..safety.resume import ExactResume
 from ..store import RunPath, StorePath, location, remove_tree
 from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .lock import RunLock
@@ -139,13 +138,15 @@ class RunSession:
 
     def check_processes(self, trainer: pl.Trainer) -> None:
         """Refuses a ``fit`` from a checkpoint whose global batch this trainer's processes cannot share equally
-        (``safety/elastic.py``); hands the checkpoint's data layout to the callback that rebuilds the train loader."""
+        (``safety/elastic.py``)."""
         if self.layout is None or self.plan is None:
             return
         check_processes(self.layout, trainer.world_size, str(self.plan.ckpt_path))
-        for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            if isinstance(callback, ExactResume):
-                callback.saved = self.layout
+
+    @property
+    def checkpoint(self) -> str | None:
+        """The checkpoint the command loads, ``best``/``last`` resolved to a file (``None``: none)."""
+        return self.plan.ckpt_path if self.plan is not None else None
 
     def save_config(self, parser: ArgumentParser, config: Namespace) -> list[pl.Callback]:
         """Writes the run's ``config.yaml`` if this fit created the run; returns the callbacks that record it."""

@@ -58,18 +58,22 @@ class ExactResume(Callback):
     holds this session's, ``facts`` what the run's provenance records of it.
     """
 
-    saved: DataLayout | None = None  # the layout of the checkpoint this fit starts from (the command sets it first)
     layout: DataLayout | None = None
     facts: dict[str, Any] | None = None
 
-    def __init__(self, check_loaders: Callable[[Any, str, Any], None] | None = None) -> None:
+    def __init__(
+        self, check_loaders: Callable[[Any, str, Any], None] | None = None, saved: DataLayout | None = None
+    ) -> None:
         """Configures the callback.
 
         Args:
             check_loaders: Called with the object, the hook's name and what it returned, as each wrapped loader hook
                 returns (before any worker starts): the command's checks of the loaders, which raise to refuse them.
+            saved: The data layout of the checkpoint this fit starts from (``None``: a new run, or a checkpoint
+                without one), read by the command before the Trainer is built.
         """
         self.check_loaders = check_loaders
+        self.saved = saved
         self._rng_states: list[dict[str, Any]] | None = None
         self._wrapped: list[tuple[Any, str, Any]] = []  # (object whose hook is wrapped, hook, its own attribute)
         self._warned = False

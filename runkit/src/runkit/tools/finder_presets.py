@@ -13,6 +13,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from ..project import current
 from ..store import RunPath, StorePath
+from ..subcommands import CommandLine
 
 
 @dataclass(frozen=True)
@@ -25,19 +26,17 @@ class Found:
     preset: RunPath
 
 
-def command_config(trainer: pl.Trainer) -> tuple[ArgumentParser, Namespace]:
-    """The parser and the parsed config of the running command.
+def command_config(trainer: pl.Trainer, command: CommandLine | None) -> tuple[ArgumentParser, Namespace]:
+    """The parser and the parsed config of the running command, which the CLI passes to the finders (``command``).
 
-    A Trainer method receives only the instantiated objects; the CLI leaves the config on the trainer
-    (``ProjectTrainer.command``). Under ``fast_dev_run`` Lightning skips the finders: exit 2.
+    Under ``fast_dev_run`` Lightning skips the finders: exit 2.
     """
     if trainer.fast_dev_run:
         sys.stderr.write("error: the finders do not run with trainer.fast_dev_run (Lightning skips them): drop it\n")
         raise SystemExit(2)
-    command = getattr(trainer, "command", None)
     if command is None:
-        raise RuntimeError("the finders run from the command line, which gives the trainer its config")
-    return command
+        raise RuntimeError("the finders run from the command line, which passes them its config")
+    return command.parser, command.config
 
 
 def config_key(config: Namespace, key: str | None, sections: tuple[str, ...], names: tuple[str, ...], flag: str) -> str:

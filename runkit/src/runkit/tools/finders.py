@@ -21,6 +21,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Literal
 
 import lightning.pytorch as pl
 import torch
@@ -35,6 +36,7 @@ from ..lightning_internals import end_fit_when_found, request_stop, run_exactly
 from ..project import current
 from ..safety.signals import STOP, STOPS, exit_code
 from ..store import location
+from ..subcommands import CommandLine
 from .finder_plots import save_lr_plot, text_plot
 from .finder_presets import Found, command_config, key_or_exit, refuse_existing, run_again, write_preset
 
@@ -46,26 +48,46 @@ BATCH_SIZE_NAMES = ("batch_size",)
 def lr_find(
     trainer: pl.Trainer,
     model: pl.LightningModule,
-    datamodule: pl.LightningDataModule | None,
-    *,
-    min_lr: float,
-    max_lr: float,
-    num_training: int,
-    mode: str,
-    early_stop_threshold: float | None,
-    lr_key: str | None,
-    output: str | None,
-    overwrite: bool,
-    width: int,
-    height: int,
+    datamodule: pl.LightningDataModule | None = None,
+    command: CommandLine | None = None,
+    min_lr: float = 1e-8,
+    max_lr: float = 1.0,
+    num_training: int = 100,
+    mode: Literal["exponential", "linear"] = "exponential",
+    early_stop_threshold: float | None = 4.0,
+    lr_key: str | None = None,
+    output: str | None = None,
+    overwrite: bool = False,
+    width: int = 60,
+    height: int = 12,
 ) -> Found:
-    """Runs Lightning's LR range test, prints the loss curve and the suggestion, writes the preset and a PNG.
+    """Runs Lightning's LR range test on the configured run and writes the suggested LR as a preset.
 
+    Prints the loss against the LR (the suggestion marked ``o``) and the suggestion; writes
+    ``<run directory>/lr_find.yaml`` (stack it: ``fit -c <configs> -c <that file>``) and, with matplotlib
+    installed, the plot next to it (``lr_find.png``). Nothing is trained: the model is restored after the test.
     A bad ``lr_key``, LR bounds or step count, or a preset that exists (without ``overwrite``) exits 2 before anything
     runs; a test with no suggestion (too few finite losses) exits 1; a stop signal during the test exits 128 + its
     number, with nothing written.
+
+    Args:
+        trainer: The command's Trainer.
+        model: The model, with its optimizer, from the config.
+        datamodule: The data the test trains on.
+        command: The command line's parser and parsed config (given by the CLI, not a flag): the preset's key.
+        min_lr: LR of the first step.
+        max_lr: LR of the last step.
+        num_training: Optimizer steps of the test, whatever the configured run's length.
+        mode: How the LR grows from step to step.
+        early_stop_threshold: Stop once the smoothed loss exceeds this multiple of its best; ``null``: never.
+        lr_key: Config key the preset sets; ``null``: the one key under ``model`` named ``lr`` or
+            ``learning_rate`` (e.g. ``model.init_args.optimizer.init_args.lr``).
+        output: Path of the preset; ``null``: ``<run directory>/lr_find.yaml``.
+        overwrite: Replace the preset (and its plot) if it exists; without it the command stops and keeps them.
+        width: Columns of the plot.
+        height: Rows of the plot.
     """
-    parser, config = command_config(trainer)
+    parser, config = command_config(trainer, command)
     # Under the model, or the top-level `--optimizer` of a module without configure_optimizers.
     key = key_or_exit(parser, config, lr_key, ("model", "optimizer"), LR_NAMES, "lr_key")
     if not min_lr > 0:  # the exponential mode divides by it; a negative LR is no LR
@@ -116,23 +138,42 @@ def lr_find(
 def batch_size_find(
     trainer: pl.Trainer,
     model: pl.LightningModule,
-    datamodule: pl.LightningDataModule | None,
-    *,
-    mode: str,
-    steps_per_trial: int,
-    init_val: int,
-    max_trials: int,
-    max_val: int,
-    margin: float,
-    batch_size_key: str | None,
-    output: str | None,
-    overwrite: bool,
+    datamodule: pl.LightningDataModule | None = None,
+    command: CommandLine | None = None,
+    mode: Literal["power", "binsearch"] = "power",
+    steps_per_trial: int = 3,
+    init_val: int = 2,
+    max_trials: int = 25,
+    max_val: int = 8192,
+    margin: float = 0.05,
+    batch_size_key: str | None = None,
+    output: str | None = None,
+    overwrite: bool = False,
 ) -> Found:
-    """Runs Lightning's batch-size scaling on the datamodule's attribute that ``batch_size_key`` names, prints the
-    size found (on a CPU: that it only bounds memory) and writes the preset. A bad key, or a preset that exists
-    (without ``overwrite``), exits 2 before anything runs; a stop signal exits 128 + its number, with nothing written.
+    """Finds the largest batch size whose training steps fit in memory and writes it as a preset.
+
+    Lightning's batch-size scaling of the datamodule's attribute; writes ``<run directory>/batch_size_find.yaml``.
+    On a CPU no out-of-memory is detected: the result then only bounds the search, as the output says. A bad key,
+    or a preset that exists (without ``overwrite``), exits 2 before anything runs; a stop signal exits 128 + its
+    number, with nothing written.
+
+    Args:
+        trainer: The command's Trainer.
+        model: The model from the config.
+        datamodule: The data, whose batch size attribute is scaled.
+        command: The command line's parser and parsed config (given by the CLI, not a flag): the preset's key.
+        mode: ``power`` doubles until a step fails; ``binsearch`` then bisects between the last two sizes.
+        steps_per_trial: Training steps run at each batch size.
+        init_val: First batch size tried.
+        max_trials: Most batch sizes tried.
+        max_val: Largest batch size tried.
+        margin: ``binsearch`` only: the result is lowered by this fraction, as a safety buffer.
+        batch_size_key: Config key the preset sets; ``null``: the one key under ``data`` named ``batch_size``
+            (e.g. ``data.init_args.batch_size``); the datamodule attribute of that name is scaled.
+        output: Path of the preset; ``null``: ``<run directory>/batch_size_find.yaml``.
+        overwrite: Replace the preset if it exists; without it the command stops and keeps it.
     """
-    parser, config = command_config(trainer)
+    parser, config = command_config(trainer, command)
     if datamodule is None:
         parser.error("batch_size_find scales a datamodule's batch size, and this command has none (--data null)")
     key = key_or_exit(parser, config, batch_size_key, ("data",), BATCH_SIZE_NAMES, "batch_size_key")

@@ -13,6 +13,7 @@ import warnings
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
 
+from ..bad_input import BadInputError
 from ..lightning_internals import attach_for_fit, configured_optimizers, end_fit_loop
 
 
@@ -74,3 +75,29 @@ def format_preview(rates: list[float], points: int = 11, width: int = 60, height
     lines = [f"{len(rates)} optimizer steps", f"{'step':>8}  {'lr':>12}"]
     lines += [f"{step:>8}  {rates[step]:>12.6g}" for step in key_steps(rates, points)]
     return "\n".join([*lines, "", plot(rates, width, height)])
+
+
+def schedule(
+    trainer: pl.Trainer,
+    model: pl.LightningModule,
+    datamodule: pl.LightningDataModule | None = None,
+    points: int = 11,
+    width: int = 60,
+    height: int = 12,
+) -> list[float]:
+    """Prints the learning rate at key optimizer steps of the configured run, and a plot, without training.
+
+    Args:
+        trainer: The Trainer ``fit`` would use (its length, devices, accumulation).
+        model: The model whose ``configure_optimizers`` builds the schedule.
+        datamodule: The data, whose length sets the number of steps.
+        points: Evenly spaced steps listed in the table (the step of the highest LR is added).
+        width: Columns of the plot.
+        height: Rows of the plot.
+    """
+    for name, value in {"points": points, "width": width, "height": height}.items():
+        if value < 2:
+            raise BadInputError(f"{name} must be >= 2, got {value}")
+    rates = learning_rates(trainer, model, datamodule)
+    print(format_preview(rates, points, width, height))
+    return rates
