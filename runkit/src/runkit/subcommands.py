@@ -83,6 +83,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "search": Subcommand(
         "Runs a hyperparameter search: many fit trials of one config, values chosen by Optuna.", "own", "search:main"
     ),
+    "sweep": Subcommand(
+        "Runs every combination of presets and values (--grid), each a run, and compares them in one table.",
+        "own",
+        "search.sweep:main",
+    ),
 }
 
 
