@@ -29,7 +29,7 @@ from ..command.cli import ProjectCLI, build_cli
 from ..project import Project, current
 from ..safety.monitor_mode import checked_mode
 from ..store import is_remote
-from .launch import run_workers
+from .launch import gpu_shares, run_workers, visible_gpus
 from .report import ranked, table, write_best_preset
 from .space import SpaceSpec, build_space, flag
 from .start import start_study
@@ -115,6 +115,8 @@ def main(args: list[str], project: Project) -> None:
     try:
         plan = make_plan(cli.parser, cli.config, project)
         base = _fit_config(cli.parser, cli.config)
+        gpus = visible_gpus(cli.config.trainer.accelerator) if cli.config.workers > 1 else []
+        gpu_shares(gpus, cli.config.workers)  # fewer GPUs than workers: refused before anything is written
         study, storage, plan = start_study(plan, base)
         parent = study_run(cli.config, plan)  # the study's MLflow run, when the trials log to MLflow
     except ValueError as error:  # SpaceError included
@@ -129,7 +131,7 @@ def main(args: list[str], project: Project) -> None:
         flush=True,
     )
     try:
-        code = run_worker(plan, study, storage) if workers == 1 else run_workers(plan, workers)
+        code = run_worker(plan, study, storage) if workers == 1 else run_workers(plan, workers, gpus)
     except KeyboardInterrupt:
         code = INTERRUPTED_EXIT_CODE
     print(table(study, list(plan.space), plan.metric), flush=True)
@@ -214,7 +216,7 @@ def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser
     if not config.is_file():  # run by a worker on another machine
         print(f"best trial {best.number}: its run directory is on the machine that ran it", flush=True)
         return
-    default = yaml.safe_load(parser.dump(parser.parse_args([]), skip_none=False, skip_validation=True))
+    default = _fit_defaults(parser, plan.project)
     threads = best.user_attrs.get("torch_threads")
     note = (
         f"Best of search {plan.search_dir}: trial {best.number}, {plan.metric} = {best.value:.6g} ({plan.direction}).\n"
@@ -224,6 +226,20 @@ def _write_best(plan: Plan, study: optuna.Study, parser: LightningArgumentParser
     )
     path = write_best_preset(plan.search_dir / "best.yaml", config, default, note)
     print(f"best trial {best.number}: {plan.metric} = {best.value:.6g}; preset: {path}", flush=True)
+
+
+def _fit_defaults(parser: LightningArgumentParser, project: Project) -> dict[str, Any]:
+    """What ``fit -c best.yaml`` starts from: the project's default and starting configs, even where the search's
+    own config named another class (parsed without them, a search of another model had no ``model``: exit 2 and no
+    preset). A project that starts from no model: nothing, so the preset holds the whole trial's config."""
+    parser.default_config_files = project.default_config_files([])
+    parser.exit_on_error = False
+    try:
+        return yaml.safe_load(parser.dump(parser.parse_args([]), skip_none=False, skip_validation=True))
+    except Exception:  # jsonargparse's ArgumentError: a required key (model) that no starting config sets
+        return {}
+    finally:
+        parser.exit_on_error = True
 
 
 def _plain(value: Any) -> Any:  # a sampler or pruner as given: a class path and its arguments

@@ -74,6 +74,10 @@ class Plan:
         )
         return study, storage
 
+    def run_trial(self, study: optuna.Study, storage: optuna.storages.BaseStorage, trial: optuna.Trial) -> None:
+        """Runs one trial and tells the study how it went (a sweep's plan runs a cell instead)."""
+        _run(self, study, storage, trial)
+
 
 class TrialInterruptedError(Exception):
     """The running trial was stopped by a signal; it has been queued again. ``code``: the exit code."""
@@ -106,7 +110,8 @@ def spawned_worker(plan: Plan, cpus: list[int]) -> None:
     """A worker process started by ``--workers N``, on its share ``cpus`` of the machine's CPUs (empty: all).
 
     Pinned, with as many torch threads as CPUs, N workers do not oversubscribe the machine, and a datamodule
-    that sizes its loader workers by ``os.sched_getaffinity`` sees its share. Ctrl-C reaches it as SIGTERM.
+    that sizes its loader workers by ``os.sched_getaffinity`` sees its share. Its GPUs, if any, came in its
+    environment (``CUDA_VISIBLE_DEVICES``, see ``launch.py``). Ctrl-C reaches it as SIGTERM.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     quiet()
@@ -126,7 +131,7 @@ def run_worker(plan: Plan, study: optuna.Study, storage: optuna.storages.BaseSto
             if trial is None:
                 return 0
             try:
-                _run(plan, study, storage, trial)
+                plan.run_trial(study, storage, trial)
             except TrialInterruptedError as interrupted:
                 return interrupted.code
             except (MetricNotLoggedError, TrialRefusedError) as error:
