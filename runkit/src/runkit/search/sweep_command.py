@@ -147,7 +147,10 @@ def _checked_axes(
     config does not have (with the closest one), a value it refuses are one line naming the axis and the item."""
     keys = {key for key in config.keys() if key.split(".")[0] not in SETTINGS}  # noqa: SIM118 (flattened keys)
     grid = settings.grid
-    groups = read_axes([entry for entry in grid if not is_key_axis(entry)], lambda key: key)
+    if not grid:
+        read_axes(grid, lambda key: key)  # raises: nothing to sweep
+    given_groups = [entry for entry in grid if not is_key_axis(entry)]
+    groups = read_axes(given_groups, lambda key: key) if given_groups else []
     contexts: list[tuple[list[str], set[str]]] = [([], keys)]
     for axis in groups:
         for label, item in zip(axis.labels, axis.items, strict=True):
@@ -162,15 +165,12 @@ def _checked_axes(
     every = sorted(set().union(*(known for _, known in contexts)))
 
     def resolve(key: str) -> str:
+        if key.startswith(RESERVED_KEYS):
+            raise GridError(f"--grid {key}: set by the sweep itself (each cell gets its own run folder)")
         try:
-            resolved = full_key(key, every)
+            return full_key(key, every)
         except SpaceError as error:
-            raise GridError(
-                f"--grid {key}=...: {str(error).removeprefix('space: ').removeprefix(f'{key}: ')}"
-            ) from None
-        if resolved.startswith(RESERVED_KEYS):
-            raise GridError(f"--grid {key}=...: set by the sweep itself (each cell gets its own run folder)")
-        return resolved
+            raise GridError(f"--grid {str(error).removeprefix('space: ')}") from None
 
     axes = read_axes(grid, resolve)  # in the grid's order, key axes resolved
     for axis in (axis for axis in axes if axis.key):
