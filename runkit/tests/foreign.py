@@ -16,6 +16,9 @@
   ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
 - ``CompiledInSetup``: lightning-hydra-template's ``compile``: ``setup`` replaces the network by
   ``torch.compile(self.net)`` when fitting, so the run's checkpoints hold ``_orig_mod.`` keys.
+- ``SAMModule``: sharpness-aware minimization as people copy it (davda54/sam's ``SAM`` optimizer) with manual
+  optimization: two ``manual_backward`` passes a batch, ``first_step`` then ``second_step``, whose
+  ``self.base_optimizer.step()`` Lightning never sees, so ``global_step`` stays 0.
 - ``TwoSetsModule``/``TwoValidationSets``: two validation loaders, ``val/loss`` logged for each (Lightning names them
   ``val/loss/dataloader_idx_0`` and ``_1``).
 """
@@ -220,3 +223,75 @@ class TwoSetsModule(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class SAM(torch.optim.Optimizer):
+    """Sharpness-aware minimization (Foret et al. 2021) as davda54/sam writes it: a step to the worst nearby
+    weights, then the base optimizer's step from the original weights with the gradient found there."""
+
+    def __init__(self, params: Any, base_optimizer: type[torch.optim.Optimizer], rho: float = 0.05, **kwargs: Any):
+        defaults = dict(rho=rho, **kwargs)
+        super().__init__(params, defaults)
+        self.base_optimizer = base_optimizer(self.param_groups, **kwargs)
+        self.param_groups = self.base_optimizer.param_groups
+        self.defaults.update(self.base_optimizer.defaults)
+
+    @torch.no_grad()
+    def first_step(self, zero_grad: bool = False) -> None:
+        grad_norm = torch.norm(
+            torch.stack(
+                [p.grad.norm(p=2) for group in self.param_groups for p in group["params"] if p.grad is not None]
+            ),
+            p=2,
+        )
+        for group in self.param_groups:
+            scale = group["rho"] / (grad_norm + 1e-12)
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                self.state[p]["old_p"] = p.data.clone()
+                p.add_(p.grad * scale.to(p))
+        if zero_grad:
+            self.zero_grad()
+
+    @torch.no_grad()
+    def second_step(self, zero_grad: bool = False) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.data = self.state[p]["old_p"]
+        self.base_optimizer.step()
+        if zero_grad:
+            self.zero_grad()
+
+
+class SAMModule(pl.LightningModule):
+    """A classifier trained with SAM over SGD, by manual optimization. (No momentum: davda54/sam's ``state_dict`` is
+    SAM's own, without its base optimizer's state, so any resume would lose the momentum buffers.)"""
+
+    def __init__(self, lr: float = 0.05, rho: float = 0.05, hidden: int = 16) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        self.net = nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Dropout(0.1), nn.Linear(hidden, 4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        optimizer = self.optimizers()
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.manual_backward(loss)
+        optimizer.first_step(zero_grad=True)
+        self.manual_backward(F.cross_entropy(self(x), y))
+        optimizer.second_step(zero_grad=True)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self.log("val/loss", F.cross_entropy(self(batch[0]), batch[1]))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return SAM(self.parameters(), torch.optim.SGD, rho=self.hparams.rho, lr=self.hparams.lr)

@@ -21,6 +21,7 @@ from ..parts.matmul_precision import unless_configured
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.elastic import DataLayout
 from ..safety.nonfinite import StopOnNonFinite
+from ..safety.outside_steps import OutsideSteps
 from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
@@ -36,7 +37,8 @@ def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = Non
     ``saved``: the data layout of the checkpoint a fit starts from (exact resume rebuilds the train loader to it).
     """
     callbacks: list[pl.Callback] = [SetupPhase(), StartCheck(), ExactResume(check_workers, saved), PlateauResume()]
-    callbacks.append(Preemption())
+    outside = OutsideSteps()  # before Preemption: a module stepping outside Lightning stops at batch ends
+    callbacks += [outside, Preemption(outside)]
     callbacks.append(StopOnNonFinite())
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]

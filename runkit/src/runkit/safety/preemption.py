@@ -5,7 +5,8 @@ reaches (one rank, every rank, the whole process group). ``Preemption`` acts on 
 process of a DDP run meets (one all-reduce of the pending signal, so all ranks stop at the same step):
 
 - ``fit``: after the optimizer step in progress (never between accumulated micro-batches, whose gradients no
-  checkpoint holds), after the current batch of its validation, at the end of an epoch, or, for a signal that came
+  checkpoint holds; after the current batch for a module whose steps Lightning does not count:
+  ``outside_steps.py``), after the current batch of its validation, at the end of an epoch, or, for a signal that came
   while the run was setting up (its sanity check included), as training starts. It then saves ``last.ckpt`` (all
   ranks take part, rank 0 writes) and exits ``128 + signal``: 143 SIGTERM, 138 SIGUSR1, 129 SIGHUP, 130 Ctrl-C.
   The same command with ``--ckpt_path last`` continues exactly where it stopped; a validation that was cut short
@@ -37,13 +38,15 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from ..lightning_internals import cluster_environment, mark_validation_not_done, request_stop, take_over_signals
 from .boundaries import StepBoundary
 from .checkpoints import LastCheckpoint, checkpoint_dir
+from .outside_steps import OutsideSteps
 from .signals import STOP, Interrupted, exit_code
 
 
 class Preemption(StepBoundary):
     """Acts on the stop signal ``signals.STOP`` recorded, at the safe points of every loop (see the module)."""
 
-    def __init__(self) -> None:
+    def __init__(self, outside: OutsideSteps | None = None) -> None:
+        self._outside = outside  # finds a module that steps where Lightning does not count: its batch ends are safe
         self._signum: int | None = None  # the stop signal this run acts on, once every rank agreed
         self._training = False  # this process has reached training: there is a state worth saving
         # The RNG states where training left off before a validation: torch's at every step boundary (the
@@ -83,6 +86,13 @@ class Preemption(StepBoundary):
     def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._torch_rng = _torch_rng()
         self._agree(trainer)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if self._outside is not None and self._outside.found:
+            self._agree(trainer)  # no step Lightning counts will come: the batch's own steps are done
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._agree(trainer)
