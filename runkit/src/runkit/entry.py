@@ -18,6 +18,7 @@ Exit codes, each failure with one ``error:`` line:
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,14 @@ def main(args: Sequence[Any] | None = None, project: Project | None = None) -> N
     A subcommand with a parser of its own (``runs``, ``search``: ``subcommands.py``) runs before any LightningCLI is
     built: ``runs`` needs no model, data or config, and ``search`` starts each trial as a ``fit`` of its own.
     """
+    try:
+        _main(args, project)
+    except KeyboardInterrupt:  # Ctrl-C before a subcommand runs (torch and Lightning take seconds to import)
+        print("interrupted (Ctrl-C) before the command started", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+
+
+def _main(args: Sequence[Any] | None, project: Project | None) -> None:
     project = started(project)
     argv = sys.argv[1:] if args is None else [str(arg) for arg in args]
     if problem := refused_at_once(argv):
@@ -90,14 +99,13 @@ def _run(args: list[str] | None, project: Project | None) -> None:
     from .safety.checkpoint_io import CheckpointWriteError
     from .safety.data_checks import InvalidDataError
     from .safety.nonfinite import NonFiniteError
-    from .safety.signals import INTERRUPTED_EXIT_CODE
 
     try:
         build_cli(args, project=project)
     except (InvalidDataError, NonFiniteError, CheckpointWriteError) as error:
         sys.exit(f"error: {error}")
-    except KeyboardInterrupt:  # before or after a subcommand runs (during one, it is `Interrupted`)
-        sys.exit(INTERRUPTED_EXIT_CODE)
+    except KeyboardInterrupt:  # after a subcommand ran (during one, it is `Interrupted`)
+        sys.exit(128 + signal.SIGINT)
 
 
 def build_cli(args: Sequence[Any] | None = None, run: bool = True, project: Project | None = None) -> ProjectCLI:

@@ -38,7 +38,7 @@ from ..run.session import RunSession
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.lost_process import exit_if_lost
 from ..safety.signals import STOP
-from ..subcommands import CommandLine
+from ..subcommands import SUBCOMMANDS, CommandLine
 from ..trackers.placement import for_session
 from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
 from .checkpoint_model import SaysReplacedModel
@@ -257,8 +257,9 @@ def build_cli(
     # `run` there are no subcommands, and the main parser is the one that reads the config.
     settings = {"allow_abbrev": False, "default_config_files": project.default_config_files(given)}
     only = next((arg for arg in given if arg in every_subcommand()), None) if run else None
-    # `runs` and `search` are dispatched by `main` before this parser: name them in its help.
-    epilog = "Also: `runs` lists the runs; `search` runs a hyperparameter search (each: `<command> --help`)."
+    # `runs`, `search`, ... are dispatched by `main` before this parser: name them in its help.
+    own = [f"`{name}`: {entry.summary}" for name, entry in SUBCOMMANDS.items() if entry.kind == "own"]
+    epilog = f"Also (each: `{project.program} <subcommand> --help`): {' '.join(own)}"
     program = project.program
     description = f"{program}: trains and evaluates this project's runs; `{program} <subcommand> --help` for each."
     main_parser = {"allow_abbrev": False, "prog": program, "epilog": epilog, "description": description}

@@ -14,14 +14,8 @@ from typing import Any
 from jsonargparse import DefaultHelpFormatter
 
 from ..bad_input import OneLineErrorParser
+from ..subcommands import SUBCOMMANDS
 
-SUMMARY = {
-    "fit": "Trains a run: a new folder runs/<experiment>/<time>/, or the run it continues (--ckpt_path last).",
-    "validate": "Scores a checkpoint on the validation data (a table; nothing is written).",
-    "test": "Scores a checkpoint on the test data (a table; nothing is written).",
-    "predict": "Runs a checkpoint on inputs (the task's predict data, or --data.init_args.predict_path).",
-    "export": "Exports a checkpoint (torch.export, ONNX) into its run's export/, checked against eager.",
-}
 EVALUATE = [
     ("--ckpt_path best", "the best checkpoint of the newest run (any experiment; its own config.yaml)"),
     ("-c runs/<exp>/<run>/config.yaml --ckpt_path last", "a given run's checkpoint (best, last or a file)"),
@@ -95,5 +89,5 @@ def subcommand_help(program: str, subcommand: str) -> dict[str, Any]:
     if rows := MOST_USED.get(subcommand):
         width = max(len(flag) for flag, _ in rows)
         table = "\n".join(f"  {flag.ljust(width)}  {text}" for flag, text in rows)
-        settings["description"] = f"{SUMMARY[subcommand]}\n\nMost used (every option below):\n{table}"
+        settings["description"] = f"{SUBCOMMANDS[subcommand].summary}\n\nMost used (every option below):\n{table}"
     return settings

@@ -19,7 +19,6 @@ from ..run.folders import RunDirectory, plan_run
 from ..run.records import read_record
 from ..store import is_remote
 from ..trackers.entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
-from ..trackers.mlflow_logger import MLFLOW_CLIENT_DEFAULTS
 from .task_checks import check_folder
 
 KEY = "trainer.logger"
@@ -103,6 +102,8 @@ def _check_mlflow(args: dict[str, Any], root: Path) -> None:
 
 
 def _check_server(uri: str, experiment: str) -> None:
+    from ..trackers.mlflow_logger import MLFLOW_CLIENT_DEFAULTS
+
     for name, value in MLFLOW_CLIENT_DEFAULTS.items():
         os.environ.setdefault(name, value)
     from mlflow import MlflowClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
@@ -18,8 +18,10 @@ from ..run.session import RunSession
 from .csv_logger import RunCSVLogger
 from .entries import LOCAL_STORE, class_of, configured_loggers, init_args
 from .kinds import BUILT_IN, Placement, tracker_for
-from .mlflow_logger import RunMLFlowLogger
-from .wandb_logger import RunWandbLogger, new_wandb_id
+
+if TYPE_CHECKING:  # each imported where its tracker is placed: a fit without MLflow or W&B loads neither
+    from .mlflow_logger import RunMLFlowLogger
+    from .wandb_logger import RunWandbLogger
 
 
 def for_session(session: RunSession, configured: Any, built: Any) -> list[Logger] | bool:
@@ -95,6 +97,8 @@ BUILT_IN[:] = [TensorBoardTracker(), CSVTracker(), MLflowTracker(), WandbTracker
 
 
 def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, known: dict[str, Any]) -> RunMLFlowLogger:
+    from .mlflow_logger import RunMLFlowLogger
+
     uri = (
         args.get("tracking_uri") or f"file:{(directory.parent.parent / LOCAL_STORE).resolve()}"
     )  # see resolve_trackers
@@ -143,6 +147,8 @@ def _mlflow(args: dict[str, Any], directory: Path, record: RunRecord | None, kno
 
 
 def _wandb(args: dict[str, Any], directory: Path, record: RunRecord | None, known: dict[str, Any]) -> RunWandbLogger:
+    from .wandb_logger import RunWandbLogger, new_wandb_id
+
     run_id = known.get("id") or args.get("id") or args.get("version") or new_wandb_id()
     where = ("name", "save_dir", "dir", "version", "id", "project", "offline", "log_model", "prefix", "checkpoint_name")
     passed = {

@@ -6,9 +6,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
 
 from ..store import location
-from .mlflow_logger import RunMLFlowLogger
 
 
 class TrackedRun(Callback):
@@ -28,5 +28,5 @@ class TrackedRun(Callback):
     ) -> None:
         for logger in trainer.loggers:
             logger.save()
-            if isinstance(logger, RunMLFlowLogger):  # what went to the server in the background, there now
+            if isinstance(logger, MLFlowLogger) and hasattr(logger, "flush"):  # the kit's: its background sends, done
                 logger.flush()
