@@ -312,3 +312,34 @@ def test_a_grid_sampler_runs_its_grid_once_and_ends_the_search(
     assert sorted(trial.params["model.init_args.hidden"] for trial in trials) == [8, 16]  # each point once, then done
     assert {trial.state for trial in trials} == {optuna.trial.TrialState.COMPLETE}
     assert (SEARCH / "best.yaml").is_file()
+
+
+def test_a_search_of_another_model_than_the_project_starts_from_writes_its_best_preset(
+    in_tmp: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A project whose starting config holds its model (as the template's configs/example/model.yaml does), searched
+    # over another model class: the preset was diffed against a default parsed without any model (exit 2, no preset).
+    project_module, runkit = submodule("project"), __import__("runkit")
+    monkeypatch.delenv(project_module.DEFAULT_CONFIG_ENV)
+    fixture = yaml.safe_load((Path(__file__).parent / "fixture.yaml").read_text())
+    configs = in_tmp / "configs"
+    configs.mkdir()
+    (configs / "model.yaml").write_text(yaml.safe_dump({"model": fixture.pop("model")}))
+    (configs / "default.yaml").write_text(yaml.safe_dump(fixture))
+    links = __import__("fixture_cli").LINKS
+    project = runkit.Project(program="fixture_cli", configs=configs, links=links, starting={"model": "model.yaml"})
+    space = {"model.init_args.lr": {"float": [1.0e-3, 1.0e-1], "log": True}}
+    Path("linear.yaml").write_text(
+        yaml.safe_dump({"model": {"class_path": "fixture_task.CollectiveRegressor"}, "space": space})
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        runkit.main(["search", "--config=linear.yaml", "--trials=2", "--trainer.max_epochs=1"], project)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, err[-3000:]
+    preset = yaml.safe_load((SEARCH / "best.yaml").read_text())
+    assert preset["model"]["class_path"] == "fixture_task.CollectiveRegressor"
+    assert f"preset: {SEARCH / 'best.yaml'}" in out
+    # The preset alone, on the project's command line, trains the best trial again to the same metric.
+    fitted = runkit.build_cli(["fit", f"--config={SEARCH / 'best.yaml'}", "--run.name=again"], project=project)
+    assert type(fitted.model).__name__ == "CollectiveRegressor"
+    assert float(fitted.trainer.checkpoint_callback.best_model_score) == load_study().best_value
