@@ -16,6 +16,7 @@
   ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
 - ``CompiledInSetup``: lightning-hydra-template's ``compile``: ``setup`` replaces the network by
   ``torch.compile(self.net)`` when fitting, so the run's checkpoints hold ``_orig_mod.`` keys.
+- ``LoadedInEvalMode``: the classifier with its network loaded as ``from_pretrained`` returns one: in eval mode.
 - ``SAMModule``: sharpness-aware minimization as people copy it (davda54/sam's ``SAM`` optimizer) with manual
   optimization: two ``manual_backward`` passes a batch, ``first_step`` then ``second_step``, whose
   ``self.base_optimizer.step()`` Lightning never sees, so ``global_step`` stays 0.
@@ -156,6 +157,14 @@ class CompiledInSetup(HydraStyleModule):
     def setup(self, stage: str) -> None:
         if self.hparams.compile and stage == "fit":
             self.net = torch.compile(self.net)
+
+
+class LoadedInEvalMode(HydraStyleModule):
+    """The classifier, its network "loaded" as Hugging Face's ``from_pretrained`` returns a model: in eval mode."""
+
+    def __init__(self, optimizer: OptimizerCallable = torch.optim.Adam, hidden: int = 16) -> None:
+        super().__init__(optimizer=optimizer, hidden=hidden)
+        self.net.eval()
 
 
 class BringsItsOwn(pl.LightningModule):

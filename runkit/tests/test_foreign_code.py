@@ -185,3 +185,19 @@ def test_a_module_compiling_its_network_in_setup_resumes_and_validates(cli: Modu
     export = ["export", "--config", str(run / "config.yaml"), "--ckpt_path=last", "--formats=[torch_export]"]
     cli.build_cli([*export, "--output_dir=exported"])
     assert Path("exported/model.pt2").is_file()
+
+
+def test_a_network_loaded_in_eval_mode_is_said_with_its_count_of_modules(
+    cli: ModuleType, in_tmp: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # from_pretrained returns a model in eval mode: the whole run trained with dropout off, said by one warning of
+    # Lightning's among its start-up lines. The kit says it in a line of its own, with the modules' counts.
+    args = ["--data=foreign.HydraStyleData", "--trainer.max_epochs=1", "--trainer.limit_train_batches=2"]
+    assert fit_exit_code(cli, Path("runs/foreign/eval"), "--model=foreign.LoadedInEvalMode", *args) == 0
+    said = [r.getMessage() for r in caplog.records if "modules are in eval mode as training starts" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert said[0].startswith("model: 5 of 11 modules are in eval mode as training starts, 1 of them train differently")
+    assert "(1 Dropout)" in said[0]
+    caplog.clear()
+    assert fit_exit_code(cli, Path("runs/foreign/train"), "--model=foreign.HydraStyleModule", *args) == 0
+    assert "eval mode as training starts" not in caplog.text  # a module in train mode: nothing said

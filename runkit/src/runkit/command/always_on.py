@@ -20,6 +20,7 @@ from ..observe.progress import EpochLine
 from ..parts.matmul_precision import unless_configured
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.elastic import DataLayout
+from ..safety.eval_mode import EvalModeAtStart
 from ..safety.nonfinite import StopOnNonFinite
 from ..safety.outside_steps import OutsideSteps
 from ..safety.plateau_resume import PlateauResume
@@ -40,6 +41,7 @@ def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = Non
     outside = OutsideSteps()  # before Preemption: a module stepping outside Lightning stops at batch ends
     callbacks += [outside, Preemption(outside)]
     callbacks.append(StopOnNonFinite())
+    callbacks.append(EvalModeAtStart())  # a from_pretrained model trains in eval mode unless it is said
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     callbacks += unless_configured(as_list(trainer_config.get("callbacks")))
