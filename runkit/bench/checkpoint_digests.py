@@ -21,18 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from common import Row
-
-
-class RunRecord:
-    """The part of a run's record the digest book writes into: ``provenance.yaml`` of a run folder."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory, self.data = directory, {}
-
-    def write(self) -> None:
-        (self.directory / "provenance.yaml").write_text(yaml.safe_dump(self.data))
 
 
 def drop_pages(path: Path) -> None:
@@ -60,10 +49,10 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
     state = {"state_dict": {f"layer{index}.weight": torch.randn(numbers) for index in range(8)}, "global_step": 1}
     run_dir = workdir / "digests" / "run"
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    book = digests.DigestBook(RunRecord(run_dir))
+    record = importlib.import_module("runkit.run.provenance").RunRecord(run_dir, writer=True)
     plain, recorded = checkpoint_io.AtomicCheckpointIO(), checkpoint_io.AtomicCheckpointIO()
-    recorded.writing.append(book.writing)
-    recorded.saved.append(book.saved)
+    recorded.writing.append(record.checkpoint_writing)
+    recorded.saved.append(record.checkpoint_saved)
     path = run_dir / "checkpoints" / "last.ckpt"
     times: dict[str, list[float]] = {"save": [], "digest": [], "hot": [], "cold": []}
     loads = []
@@ -91,7 +80,7 @@ def run(tiny: bool, repeats: int, workdir: Path) -> list[Row]:
             statistics.median(times["digest"]),
             "s",
             repeats=[d / s for d, s in zip(times["digest"], times["save"], strict=True)],
-            note=f"AtomicCheckpointIO, 8 tensors; with the digest book's two record writes (one fsynced); {load}",
+            note=f"AtomicCheckpointIO, 8 tensors; with the run record's two writes (one fsynced); {load}",
         )
     ]
     for side, label in (("hot", "from the page cache"), ("cold", "pages dropped first")):

@@ -1,7 +1,8 @@
 """What a checkpoint in object storage costs against one on the local disk: the upload, and the extra time per save.
 
 A state of 8 float32 tensors (64 MiB, or 256 MiB with ``--large``) goes through the kit's checkpoint plugin
-(``AtomicCheckpointIO``, with the digest book as a run has it) into a local run folder and into one in S3, alternated;
+(``AtomicCheckpointIO``, with the run's record keeping its digests, as ``fit`` has it) into a local run folder and
+into one in S3, alternated;
 S3 is moto's server on a loopback port (``$MOTO_SERVER``, else the repository's ``.venv-moto``: the one the tests
 start), reached through s3fs as a job reaches its bucket. The upload alone (``StorePath.write_bytes`` of the same
 bytes) is timed too: what the network and the server take, apart from serializing and hashing. Loopback has no
@@ -27,20 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from common import Row
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class RunRecord:
-    """The part of a run's record the digest book writes into: ``provenance.yaml`` of a run folder (or object)."""
-
-    def __init__(self, directory: Any) -> None:
-        self.directory, self.data = directory, {}
-
-    def write(self) -> None:
-        (self.directory / "provenance.yaml").write_text(yaml.safe_dump(self.data))
 
 
 @contextlib.contextmanager
@@ -78,15 +68,12 @@ def timed(action: Any) -> float:
 
 
 def writer(folder: Any) -> Any:
-    """The kit's checkpoint plugin with the digest book of a run in ``folder``, as ``fit`` has it."""
-    checkpoint_io, digests = (
-        importlib.import_module("runkit.safety.checkpoint_io"),
-        importlib.import_module("runkit.safety.digests"),
-    )
-    book = digests.DigestBook(RunRecord(folder))
+    """The kit's checkpoint plugin with the record of a run in ``folder`` keeping its digests, as ``fit`` has it."""
+    checkpoint_io = importlib.import_module("runkit.safety.checkpoint_io")
+    record = importlib.import_module("runkit.run.provenance").RunRecord(folder, writer=True)
     plugin = checkpoint_io.AtomicCheckpointIO()
-    plugin.writing.append(book.writing)
-    plugin.saved.append(book.saved)
+    plugin.writing.append(record.checkpoint_writing)
+    plugin.saved.append(record.checkpoint_saved)
     return plugin
 
 

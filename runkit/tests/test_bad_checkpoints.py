@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 try:
     import resource
@@ -178,21 +178,36 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path: Path) -> None:
 
 
 class ReplaceCheckpointFolder(pl.Callback):
-    """At ``step``, the run's checkpoint folder moves to ``checkpoints.saved`` and a file takes its place."""
+    """At ``step``, once the save in flight (if any) has committed, the run's checkpoint folder moves to
+    ``checkpoints.saved`` and a file takes its place; ``steps`` keeps every global step a batch ended at."""
+
+    steps: ClassVar[list[int]] = []
 
     def __init__(self, step: int) -> None:
         self.step = step
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        ReplaceCheckpointFolder.steps.append(trainer.global_step)
         if trainer.global_step == self.step:
+            trainer.strategy.checkpoint_io.saves.wait()  # the step before's save is whole: it must stay so
             folder = Path(trainer.log_dir) / "checkpoints"
             shutil.move(folder, folder.with_name("checkpoints.saved"))
             folder.write_text("a file where the folder was")
 
 
-def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line(cli: ModuleType, in_tmp: Path) -> None:
+@pytest.mark.parametrize("background", ["true", "false"])
+def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line(
+    cli: ModuleType, in_tmp: Path, background: str
+) -> None:
+    """The save of step 6 fails: in the loop (``background false``) or in its thread, raised as the next batch
+    starts; either way the fit ends at step 6 with one line, and step 4's ``last.ckpt`` is intact."""
     run_dir = in_tmp / "runs" / "fixture" / "broken"
-    flags = [*run_dir_flags(run_dir), "--last_checkpoint.every_n_train_steps=4"]
+    flags = [
+        *run_dir_flags(run_dir),
+        "--last_checkpoint.every_n_train_steps=2",
+        f"--last_checkpoint.background={background}",
+    ]
+    ReplaceCheckpointFolder.steps = []
     with pytest.raises(SystemExit) as exit_info:
         cli.main(
             [
@@ -205,6 +220,8 @@ def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line
     message = str(exit_info.value.code)  # printed by the interpreter, exit status 1
     assert message.startswith(f"error: cannot write checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}:"), message
     assert "Not a directory" in message or "File exists" in message
+    assert "\n" not in message
+    assert max(ReplaceCheckpointFolder.steps) == 6  # stopped at the step after the failed save
     saved = torch.load(run_dir / "checkpoints.saved" / "last.ckpt", weights_only=True)  # step 4: intact
     assert saved["global_step"] == 4
 

@@ -5,8 +5,10 @@ records its command line, seed, git commit (with a dirty flag; the diff of track
 ``git-<session>.diff``), the versions of Python, torch, CUDA, lightning, torchmetrics and jsonargparse, the host
 and devices, its start and end time and how it ended (``STATUSES``). A session with no end was killed
 (SIGKILL, out of memory, power), unless its process is still running. The run's ``progress`` (epoch, step, best
-monitored metric) is updated with every checkpoint, and ``checkpoints`` keeps the digest of each checkpoint file
-(``safety/digests.py``).
+monitored metric) follows ``last.ckpt``: it is written once the checkpoint that holds it is in place, from that
+checkpoint's own copy, so a save in the background (``safety/background_save.py``) commits what it wrote and no
+more. ``checkpoints`` keeps the digest of each checkpoint file, in the order ``safety/digests.py`` describes. This
+module is the only writer of ``provenance.yaml``; a lock orders the writes of the loop and of a background save.
 
 Checkpoints carry the same record plus the resolved config, as strings, lists and numbers, so they still load
 with ``torch.load(..., weights_only=True)`` and a checkpoint found on its own still says where it came from.
@@ -18,6 +20,7 @@ import os
 import shlex
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,8 +35,7 @@ from ..lightning_internals import epochs_completed
 from ..project import current
 from ..safety.checkpoint_io import AtomicCheckpointIO
 from ..safety.checkpoints import LAST
-from ..safety.digests import KEY as DIGESTS
-from ..safety.digests import DigestBook
+from ..safety.digests import ALGORITHM, KEY, Written, record_key
 from ..safety.nonfinite import NonFiniteError
 from ..safety.resume import ExactResume
 from ..safety.signals import STOPS, signal_of
@@ -65,7 +67,7 @@ class RunRecord:
     def __init__(self, directory: RunPath, writer: bool) -> None:
         self.directory, self.writer = directory, writer
         self._diff = ""  # this session's diff of tracked files (checkpoints carry it inline)
-        self._progress: dict[str, Any] | None = None  # gathered for a checkpoint being written, not yet committed
+        self._lock = threading.RLock()  # the loop and a background checkpoint save both write the record
         self.on_end: list[Callable[[str], None]] = []  # told the status once it is written (trackers/placement.py)
         if (problem := record_problem(directory)) is not None:  # never written over: it is the run's history
             raise ValueError(
@@ -91,69 +93,98 @@ class RunRecord:
             if diff:
                 (self.directory / git["diff"]).write_text(diff)
             self._diff = diff
-        self.data["sessions"].append(
-            {
-                "started": now(),
-                "ended": None,
-                "status": None,
-                "command": masked(shlex.join(command)),  # no URL's password
-                "seed": seed,
-                "resumed_from": ckpt_path,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "devices": devices(trainer),
-                "git": git,
-                "versions": versions(),
-            }
-        )
-        self.write()
+        session = {
+            "started": now(),
+            "ended": None,
+            "status": None,
+            "command": masked(shlex.join(command)),  # no URL's password
+            "seed": seed,
+            "resumed_from": ckpt_path,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "devices": devices(trainer),
+            "git": git,
+            "versions": versions(),
+        }
+        with self._lock:
+            self.data["sessions"].append(session)
+            self.write()
 
     def end_session(self, error: BaseException | None) -> None:
         """Records how this process's session ended (once: a second call changes nothing)."""
         if not self.writer or not self.data["sessions"] or self.data["sessions"][-1].get("ended"):
             return
         status, message = status_of(error)
-        session = self.data["sessions"][-1]
-        session.update(ended=now(), status=status)
-        if (signum := signal_of(getattr(error, "code", None))) is not None:
-            session["signal"] = signal.Signals(signum).name
-        if message:
-            session["error"] = masked(message)
-        self.write()
+        with self._lock:
+            session = self.data["sessions"][-1]
+            session.update(ended=now(), status=status)
+            if (signum := signal_of(getattr(error, "code", None))) is not None:
+                session["signal"] = signal.Signals(signum).name
+            if message:
+                session["error"] = masked(message)
+            self.write()
         for listener in self.on_end:
             listener(status)
 
     def note_data(self, facts: dict[str, Any]) -> None:
         """Records how this session's train data is laid out over its processes (``safety/elastic.py``)."""
         if self.writer and self.data["sessions"]:
-            self.data["sessions"][-1]["data"] = facts
-            self.write()
+            with self._lock:
+                self.data["sessions"][-1]["data"] = facts
+                self.write()
 
-    def update_progress(self, trainer: pl.Trainer, logged_step: int | None) -> None:
-        """Epoch, step and best monitored value so far (called with every checkpoint); ``provenance.yaml`` gets them
-        with ``commit_progress``, once the checkpoint that holds them is on disk."""
+    def progress(self, trainer: pl.Trainer, logged_step: int | None) -> dict[str, Any]:
+        """Epoch, step and best monitored value so far: what a checkpoint made now holds (``for_checkpoint``)."""
         # Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint).
-        epochs = epochs_completed(trainer)
-        progress: dict[str, Any] = {"epochs": epochs, "step": trainer.global_step}
+        progress: dict[str, Any] = {"epochs": epochs_completed(trainer), "step": trainer.global_step}
         if logged_step is not None:
             progress["logged_step"] = logged_step  # the last step the trackers have: a resume starts after it
         best = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.monitor), None)
         if best is not None and best.best_model_score is not None:
             progress["best"] = {"monitor": best.monitor, "value": float(best.best_model_score)}
-        self._progress = progress
+        return progress
 
-    def commit_progress(self) -> None:
-        """Writes what ``update_progress`` gathered: ``provenance.yaml`` never claims more than ``last.ckpt`` holds."""
-        if self._progress is not None:
-            self.data["progress"], self._progress = self._progress, None
+    def commit_progress(self, progress: dict[str, Any]) -> None:
+        """Writes ``progress``, that of the ``last.ckpt`` now in place: the record never claims more than it holds."""
+        with self._lock:
+            self.data["progress"] = progress
             self.write()
 
-    def for_checkpoint(self, config: str) -> dict[str, Any]:
-        """The record as a checkpoint carries it: with the resolved config and this session's diff inline."""
-        record = {**self.data, "config": config, "sessions": [dict(session) for session in self.data["sessions"]]}
-        record.pop(DIGESTS, None)  # of files on disk, not of this one
-        if self._progress is not None:
-            record["progress"] = self._progress  # what this checkpoint holds
+    def checkpoint_writing(self, path: RunPath, written: Written, checkpoint: dict[str, Any]) -> None:
+        """Records ``written`` as ``path``'s pending digest, durably, before the new file replaces the old one (step 2
+        of ``safety/digests.py``'s order); a file outside the run folder has no entry. Called by the kit's checkpoint
+        writer (``AtomicCheckpointIO.writing``) with the checkpoint it writes."""
+        key = record_key(path, self.directory)
+        if key is None or not self.writer:
+            return
+        with self._lock:
+            entries = self.data.setdefault(KEY, {})
+            entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
+            pending = {ALGORITHM: written.sha256, "size": written.size, "step": checkpoint.get("global_step")}
+            entries[key] = {**entry, "pending": pending}
+            self.write(durable=True)
+
+    def checkpoint_saved(self, path: RunPath, checkpoint: dict[str, Any]) -> None:
+        """Makes ``path``'s pending digest its entry, once the file is in place (step 4); for ``last.ckpt``, commits
+        the progress that checkpoint holds (``AtomicCheckpointIO.saved``)."""
+        key = record_key(path, self.directory)
+        provenance = checkpoint.get("provenance")
+        with self._lock:
+            entries = self.data.get(KEY) or {}
+            entry = entries.get(key) if key is not None else None
+            if isinstance(entry, dict) and isinstance(entry.get("pending"), dict):
+                entries[key] = entry["pending"]
+            if path.name == f"{LAST}.ckpt" and isinstance(provenance, dict) and "progress" in provenance:
+                self.data["progress"] = provenance["progress"]
+            self.write()
+
+    def for_checkpoint(self, config: str, progress: dict[str, Any]) -> dict[str, Any]:
+        """The record as a checkpoint carries it: with the resolved config, this session's diff inline and the
+        ``progress`` the checkpoint holds."""
+        with self._lock:
+            record = {**self.data, "config": config, "sessions": [dict(session) for session in self.data["sessions"]]}
+        record.pop(KEY, None)  # of files on disk, not of this one
+        record["progress"] = progress
         if record["sessions"] and self._diff:
             record["sessions"][-1]["git"] = {**record["sessions"][-1]["git"], "diff": self._diff}
         return record
@@ -168,19 +199,40 @@ class RunRecord:
 
     def tracker_lost(self, name: str, message: str) -> None:
         """Records at once that tracker ``name`` failed mid-run, and why (training goes on without it)."""
-        self.data.setdefault("trackers", {}).setdefault(name, {})["lost"] = message
-        self.write()
+        with self._lock:
+            self.data.setdefault("trackers", {}).setdefault(name, {})["lost"] = message
+            self.write()
 
-    def write(self) -> None:
-        """Writes ``provenance.yaml`` whole (the only code that does; rank 0 only)."""
+    def write(self, durable: bool = False) -> None:
+        """Writes ``provenance.yaml`` whole (the only code that does; rank 0 only); ``durable``: fsynced, its rename
+        too, before it returns (a store's write is durable once it returns)."""
         if not self.writer:
             return
-        if isinstance(self.directory, StorePath):  # one write: the object appears whole (store.py)
-            (self.directory / FILE).write_text(yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True))
-            return
-        partial = self.directory / f".{FILE}.{os.getpid()}.tmp"
-        partial.write_text(yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True))
-        os.replace(partial, self.directory / FILE)  # readers never see half a file
+        with self._lock:
+            text = yaml.safe_dump(self.data, sort_keys=False, allow_unicode=True)
+            if isinstance(self.directory, StorePath):  # one write: the object appears whole (store.py)
+                (self.directory / FILE).write_text(text)
+                return
+            partial = self.directory / f".{FILE}.{os.getpid()}.tmp"
+            with open(partial, "w") as file:
+                file.write(text)
+                if durable:
+                    file.flush()
+                    os.fsync(file.fileno())
+            os.replace(partial, self.directory / FILE)  # readers never see half a file
+            if durable:
+                _fsync_directory(self.directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes a rename durable (POSIX); other systems have no directory handles to sync.
+    if os.name != "posix":
+        return
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 class Provenance(Callback):
@@ -195,21 +247,19 @@ class Provenance(Callback):
     def __init__(self, record: RunRecord, config: str) -> None:
         self.record, self.config = record, config
         self._writer: AtomicCheckpointIO | None = None
-        self._digests = DigestBook(record)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         writer = trainer.strategy.checkpoint_io
-        if isinstance(writer, AtomicCheckpointIO):
+        if isinstance(writer, AtomicCheckpointIO) and self.record.writer:  # global rank 0 writes checkpoints
             self._writer = writer
-            writer.saved.append(self._saved)
-            if self.record.writer:  # the process that writes checkpoints (global rank 0)
-                writer.writing.append(self._digests.writing)
+            writer.writing.append(self.record.checkpoint_writing)
+            writer.saved.append(self.record.checkpoint_saved)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._writer is not None and self._saved in self._writer.saved:
-            self._writer.saved.remove(self._saved)
-        if self._writer is not None and self._digests.writing in self._writer.writing:
-            self._writer.writing.remove(self._digests.writing)
+        if self._writer is not None:
+            self._writer.saves.wait()  # a save in flight still records its digest and progress
+            self._writer.writing.remove(self.record.checkpoint_writing)
+            self._writer.saved.remove(self.record.checkpoint_saved)
         self._writer = None
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -221,15 +271,10 @@ class Provenance(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         logged = max((getattr(logger, "logged_step", -1) for logger in trainer.loggers), default=-1)  # any tracker's
-        self.record.update_progress(trainer, logged if isinstance(logged, int) and logged >= 0 else None)
-        checkpoint["provenance"] = self.record.for_checkpoint(self.config)
-        if self._writer is None:
-            self.record.commit_progress()
-
-    def _saved(self, path: Path) -> None:
-        self._digests.saved(path)
-        if path.name == f"{LAST}.ckpt":
-            self.record.commit_progress()
+        progress = self.record.progress(trainer, logged if isinstance(logged, int) and logged >= 0 else None)
+        checkpoint["provenance"] = self.record.for_checkpoint(self.config, progress)
+        if self._writer is None and self.record.writer:  # another checkpoint plugin: nothing says when it is written
+            self.record.commit_progress(progress)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # The command line ends a refused command with one line and exit 2 without recording the session's end.

@@ -17,9 +17,10 @@ import contextlib
 import io
 import os
 import socket
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..store import RunPath, StorePath, location
+from .background_save import BackgroundSaves, Snapshots
 from .digests import HashingWriter, Written, verify
 from .finite import listed, nonfinite_in_checkpoint
 from .nonfinite import ADVICE, NonFiniteCheckpointError
@@ -44,38 +46,66 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     A checkpoint whose weights or optimizer state hold a NaN or an Inf is refused (``NonFiniteCheckpointError``):
     the file on disk keeps its last finite state. A store's paths (``s3://...``) are written in one upload.
-    Each function in ``writing`` is called with the path, the new file's digest and its global step before the
-    file replaces the old one (``digests.DigestBook`` records it then); each in ``saved`` with the path once the
-    checkpoint is on disk (``provenance.py`` writes the run's progress then). A local file whose run recorded its
-    digest is read only if it still has it.
+    Each function in ``writing`` is called with the path, the new file's digest and the checkpoint before the file
+    replaces the old one (the run's record keeps the digest as pending then: ``run/provenance.py``); each in ``saved``
+    with the path and the checkpoint once it is in place (the record commits the digest and the progress the
+    checkpoint holds). A local file whose run recorded its digest is read only if it still has it.
+
+    A save inside ``in_background()`` (``LastCheckpoint``'s, by default) returns once its snapshot is in host memory;
+    the rest runs in a thread (``background_save.py``), in the same order. Every other save first waits for the one
+    in flight: a stop's final save never overtakes it.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.writing: list[Callable[[RunPath, Written, int | None], None]] = []
-        self.saved: list[Callable[[RunPath], None]] = []
+        self.writing: list[Callable[[RunPath, Written, dict[str, Any]], None]] = []
+        self.saved: list[Callable[[RunPath, dict[str, Any]], None]] = []
+        self.saves = BackgroundSaves()
+        self._snapshots = Snapshots()
+        self._background = False
+
+    @contextlib.contextmanager
+    def in_background(self) -> Iterator[None]:
+        """Saves made inside this block return once their snapshot is taken and write in the background."""
+        self._background = True
+        try:
+            yield
+        finally:
+            self._background = False
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None) -> None:
-        if bad := nonfinite_in_checkpoint(checkpoint):
-            raise NonFiniteCheckpointError(
-                f"refused to write {path} at global step {checkpoint.get('global_step')}: {listed(bad)} hold NaN or"
-                f" Inf; the file keeps the last finite state it had. {ADVICE}"
-            )
         if storage_options is not None:
+            self.saves.wait()
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        target, step = location(path), checkpoint.get("global_step")
+        target = location(path)
+        if not self._background:
+            self.saves.wait()  # the save in flight commits first: files and record in the order they were made
+            self._write(checkpoint, target)
+            return
+        self.saves.wait()  # one snapshot in host memory at a time
+        self.saves.raise_failure()
+        snapshot = self._snapshots.take(checkpoint)
+        self.saves.start(lambda: self._write(snapshot, target))
+
+    def _write(self, checkpoint: dict[str, Any], target: RunPath) -> None:
+        """Refuses non-finite tensors, writes ``checkpoint`` to ``target`` (hashed as written), tells the listeners."""
+        if bad := nonfinite_in_checkpoint(checkpoint):
+            raise NonFiniteCheckpointError(
+                f"refused to write {target} at global step {checkpoint.get('global_step')}: {listed(bad)} hold NaN or"
+                f" Inf; the file keeps the last finite state it had. {ADVICE}"
+            )
 
         def record(written: Written) -> None:
             for listener in self.writing:
-                listener(target, written, step)
+                listener(target, written, checkpoint)
 
         if isinstance(target, StorePath):
             upload(checkpoint, target, record)
         else:
             atomic_save(checkpoint, target, record if self.writing else None)
         for listener in self.saved:
-            listener(target)
+            listener(target, checkpoint)
 
     def load_checkpoint(
         self,
@@ -92,6 +122,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only is not False)
         verify(source)  # the command line checked it already (read_checkpoint): hashed once per process
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only is not False)
+
+    def teardown(self) -> None:
+        """Waits for the save in flight (the process may end right after); a failure nobody raised is said here."""
+        self.saves.wait()
+        if (failure := self.saves.take_failure()) is not None:
+            print(f"warning: the checkpoint save in flight as the run ended failed: {failure}", file=sys.stderr)
 
 
 def atomic_save(obj: object, path: Path, before_replace: Callable[[Written], object] | None = None) -> None:

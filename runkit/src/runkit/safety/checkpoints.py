@@ -8,12 +8,13 @@ command with a clear message and leaves every file as it was.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -29,6 +30,9 @@ from .compiled_keys import plain_key
 from .digests import verify
 from .finite import listed, nonfinite_in_checkpoint
 from .monitor_mode import checked_mode, without_loader
+
+if TYPE_CHECKING:
+    from .checkpoint_io import AtomicCheckpointIO
 
 LAST, BEST = "last", "best"
 
@@ -136,6 +140,7 @@ class BestCheckpoint(ModelCheckpoint):
             self.best_model_path = state_dict.get("best_model_path", "")
             return
         super().load_state_dict(moved_with_the_run(state_dict, self.dirpath))
+        self.current_score = state_dict.get("current_score")  # Lightning leaves it None until the next improvement
 
 
 def moved_with_the_run(state_dict: dict[str, Any], dirpath: str | None) -> dict[str, Any]:
@@ -163,26 +168,47 @@ def is_validation_name(name: str) -> bool:
 class LastCheckpoint(StepBoundary, Checkpoint):
     """Keeps ``checkpoints/last.ckpt`` the newest training state: after every epoch and every N optimizer steps.
 
-    Mid-epoch saves happen only at optimizer-step boundaries (see ``boundaries.py``).
+    Mid-epoch saves happen only at optimizer-step boundaries (see ``boundaries.py``). By default a save costs the
+    loop only a copy of the state into host memory and is written in the background (``background_save.py``); a
+    background save that failed stops the fit at the next step, and the fit's end waits for the last one.
 
     ``ModelCheckpoint`` cannot do both (``every_n_train_steps`` and ``every_n_epochs`` exclude each other),
     and its ``save_last=True`` rewrites ``last.ckpt`` only when the monitored metric improved (lightning 2.6).
     """
 
-    def __init__(self, every_n_train_steps: int | None = None) -> None:
-        """Configures when ``last.ckpt`` is rewritten.
+    def __init__(self, every_n_train_steps: int | None = None, background: bool = True) -> None:
+        """Configures when and how ``last.ckpt`` is rewritten.
 
         Args:
             every_n_train_steps: Also save every this many optimizer steps (mid-epoch); ``null``: only at the
                 end of each epoch (and on preemption, see ``Preemption``).
+            background: Write ``last.ckpt`` in a thread while training goes on (the loop waits only for a copy of
+                the state in host memory); ``false``: the loop waits until the file is written.
         """
         if every_n_train_steps is not None and every_n_train_steps < 1:
             raise ValueError(f"every_n_train_steps must be >= 1 or null, got {every_n_train_steps}")
-        self.every_n_train_steps = every_n_train_steps
+        self.every_n_train_steps, self.background = every_n_train_steps, background
         self.path: RunPath | None = None
+        self._writer: AtomicCheckpointIO | None = None  # the kit's checkpoint writer, where it writes the checkpoints
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        from .checkpoint_io import AtomicCheckpointIO  # it imports nonfinite.py, which imports this module
+
         self.path = location(trainer.strategy.broadcast(str(checkpoint_dir(trainer) / f"{LAST}.ckpt")))
+        writer = trainer.strategy.checkpoint_io
+        self._writer = writer if isinstance(writer, AtomicCheckpointIO) else None
+        if self.background and self._writer is None and stage == TrainerFn.FITTING:
+            rank_zero_info(
+                f"last_checkpoint: saved in the loop: the checkpoint plugin is {type(writer).__name__}, and only"
+                " runkit's writes in the background"
+            )
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        if self._writer is not None:
+            self._writer.saves.raise_failure()  # a background save failed: stop here (what it replaced is intact)
 
     def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
@@ -191,12 +217,19 @@ class LastCheckpoint(StepBoundary, Checkpoint):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.save(trainer)
 
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._writer is not None:
+            self._writer.saves.wait()  # the fit ends with its last state committed
+            self._writer.saves.raise_failure()
+
     def save(self, trainer: pl.Trainer) -> None:
         """Writes the current training state to ``last.ckpt`` (all processes call it; rank 0 writes)."""
         if trainer.sanity_checking or trainer.fast_dev_run or trainer.state.fn != TrainerFn.FITTING:
             return
         assert self.path is not None, "setup() sets the path"
-        trainer.save_checkpoint(str(self.path), weights_only=False)  # the full training state
+        in_background = self._writer.in_background() if self.background and self._writer else contextlib.nullcontext()
+        with in_background:
+            trainer.save_checkpoint(str(self.path), weights_only=False)  # the full training state
 
 
 def resolve_ckpt_path(ckpt_path: str, run_dir: str | RunPath) -> str:

@@ -5,17 +5,23 @@ loads as another number, silently. The kit's checkpoint writer hashes the bytes 
 read back), and ``provenance.yaml`` keeps, per file of the run (``checkpoints/last.ckpt``, ``checkpoints/best.ckpt``,
 any other written inside the run folder), its ``sha256``, ``size`` and global ``step``. Every load of the kit
 (``--ckpt_path`` of fit, validate, test, predict, export, and the checkpoint plugin's own reads) hashes the file
-first and refuses one whose digest is not the recorded one. A file the run has no record of loads unchecked.
+first and refuses one whose digest is not the recorded one. A file without a digest record (handed on outside its
+run, its entry lost or malformed) loads unchecked, and one line says so and why.
+
+This module computes and checks digests; the run's record (``run/provenance.RunRecord``, the one writer of
+``provenance.yaml``) keeps them, in the order below.
 
 SHA-256: 1.7 GB/s on the SHA extensions of current x86-64 and ARMv8 processors (blake2b: 0.9 GB/s on the same
 machine), and ``sha256sum`` checks a file by hand.
 
 The record never refuses a good checkpoint, whenever the writer is killed. A write goes:
 
-1. the new file is written to a temporary name and fsynced, its digest computed on the way;
-2. the record gets that digest as the entry's ``pending`` one, beside the current one, and is fsynced;
+1. the new file is written to a temporary name and fsynced, its digest computed on the way (``HashingWriter``);
+2. the record gets that digest as the entry's ``pending`` one, beside the current one, and is fsynced
+   (``RunRecord.checkpoint_writing``);
 3. the file is renamed into place (``checkpoint_io.atomic_save``);
-4. the pending digest becomes the entry (not fsynced: a record that lost this write still has step 2's).
+4. the pending digest becomes the entry (``RunRecord.checkpoint_saved``; not fsynced: a record that lost this write
+   still has step 2's).
 
 A load accepts the entry's digest or its pending one: killed before 3, the old file matches the entry; after
 it, the new one matches ``pending``.
@@ -31,9 +37,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import yaml
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from ..store import RunPath, StorePath, location
 
@@ -91,57 +98,18 @@ class HashingWriter:
         self._pool.shutdown()
 
 
-class Record(Protocol):
-    """The run's record as ``DigestBook`` writes into it (``run/provenance.RunRecord``)."""
-
-    directory: RunPath
-    data: dict[str, Any]
-
-    def write(self) -> None: ...
-
-
-class DigestBook:
-    """Keeps the digests of the checkpoints a run writes in its record (the order: see the module)."""
-
-    def __init__(self, record: Record) -> None:
-        self.record = record
-
-    def writing(self, path: RunPath, written: Written, step: int | None) -> None:
-        """Records ``written`` as ``path``'s pending digest, durably; called before the new file replaces the old."""
-        key = _key(path, self.record.directory)
-        if key is None:
-            return  # written outside the run folder: no record of it
-        entries = self.record.data.setdefault(KEY, {})
-        entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
-        entries[key] = {**entry, "pending": {ALGORITHM: written.sha256, "size": written.size, "step": step}}
-        self.record.write()
-        _fsync(self.record.directory / RECORD_FILE)
-        _fsync(self.record.directory)  # the record's rename
-
-    def saved(self, path: RunPath) -> None:
-        """Makes ``path``'s pending digest its entry, once the file is in place."""
-        key = _key(path, self.record.directory)
-        entries = self.record.data.get(KEY) or {}
-        entry = entries.get(key) if key is not None else None
-        if isinstance(entry, dict) and isinstance(entry.get("pending"), dict):
-            entries[key] = entry["pending"]
-            self.record.write()
-
-
 def verify(path: str | RunPath, data: bytes | None = None) -> None:
     """Raises ``ValueError`` (one line naming the file) if ``path``'s run recorded another digest for it; ``data``: the
     bytes read from it (a store's object, hashed as they are rather than downloaded again).
 
-    A file without a record (not written by this kit into a run folder, or its entry deleted) passes unchecked.
+    A file without a digest record loads unchecked: one line (once per file and process) says so, and why.
     """
     path = location(path) if isinstance(path, str) else path
-    found = recorded(path)
-    if found is None:
-        return
-    record, entry = found
+    record, entry, missing = recorded(path)
     candidates = (entry, entry.get("pending"))
     accepted = [digest for digest in candidates if isinstance(digest, dict) and digest.get(ALGORITHM)]
     if not accepted:
+        _say_unchecked(path, missing or f"its entry under `{KEY}` in {record} holds no {ALGORITHM}")
         return
     actual = hashlib.sha256(data).hexdigest() if data is not None else file_sha256(path)
     if any(actual == digest[ALGORITHM] for digest in accepted):
@@ -154,8 +122,9 @@ def verify(path: str | RunPath, data: bytes | None = None) -> None:
     )
 
 
-def recorded(path: RunPath) -> tuple[RunPath, dict[str, Any]] | None:
-    """The record of the run folder that holds ``path`` (its parent or grandparent), and ``path``'s entry in it."""
+def recorded(path: RunPath) -> tuple[RunPath | None, dict[str, Any], str | None]:
+    """The record of the run folder that holds ``path`` (its parent or grandparent), ``path``'s entry in it (``{}``:
+    none), and why there is no entry to check against (``None``: there is one)."""
     path = path.resolve()
     for run in (path.parent, path.parent.parent):
         record = run / RECORD_FILE
@@ -164,11 +133,25 @@ def recorded(path: RunPath) -> tuple[RunPath, dict[str, Any]] | None:
         try:
             data = yaml.safe_load(record.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return None  # not a record: named by the commands that read runs (records.py)
+            return record, {}, f"{record} is not a readable record"
         entries = data.get(KEY) if isinstance(data, dict) else None
-        entry = entries.get(_key(path, run)) if isinstance(entries, dict) else None
-        return (record, entry) if isinstance(entry, dict) else None
-    return None
+        entry = entries.get(record_key(path, run)) if isinstance(entries, dict) else None
+        if entry is None:
+            return record, {}, f"{record} has no entry for it under `{KEY}`"
+        if not isinstance(entry, dict):
+            return record, {}, f"its entry under `{KEY}` in {record} is not a digest"
+        return record, entry, None
+    return None, {}, f"it is not inside a run folder with a {RECORD_FILE}"
+
+
+_UNCHECKED: set[str] = set()  # files already said to load unchecked, in this process
+
+
+def _say_unchecked(path: RunPath, why: str) -> None:
+    if str(path) in _UNCHECKED:
+        return
+    _UNCHECKED.add(str(path))
+    rank_zero_info(f"checkpoint {path}: not checked against a digest ({why}); it loads as it is")
 
 
 _HASHED: dict[tuple[int, int, int, int], str] = {}  # (device, inode, size, mtime) -> SHA-256, files hashed already
@@ -195,22 +178,10 @@ def file_sha256(path: RunPath) -> str:
     return _HASHED[identity]
 
 
-def _key(path: RunPath, run: RunPath) -> str | None:
+def record_key(path: RunPath, run: RunPath) -> str | None:
     """``path`` relative to the run folder ``run``, as the record names it (``None``: outside it)."""
     if isinstance(path, StorePath) or isinstance(run, StorePath):
         inside = isinstance(path, StorePath) and isinstance(run, StorePath) and str(path).startswith(f"{run}/")
         return str(path)[len(str(run)) + 1 :] if inside else None
     relative = os.path.relpath(path.resolve(), run.resolve())
     return None if relative.startswith("..") or os.path.isabs(relative) else Path(relative).as_posix()
-
-
-def _fsync(path: RunPath) -> None:
-    # A file, or a folder (its entries: a rename); POSIX only, as checkpoint_io's. A store's write is durable once
-    # it returns.
-    if os.name != "posix" or isinstance(path, StorePath):
-        return
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
