@@ -103,6 +103,26 @@ def test_a_resume_that_ranks_by_another_metric_starts_the_ranking_over(lightning
     assert float(same.best_model_score) == pytest.approx(0.1)  # the same metric: its ranking continues
 
 
+def test_after_a_resume_the_best_checkpoint_s_state_is_an_uninterrupted_run_s(cli: ModuleType, tmp_path: Path) -> None:
+    """Lightning restores no ``current_score``: a resumed run held ``None`` until the next improvement, an
+    uninterrupted one the score of the last. With a learning rate of 0 the validation loss never improves again."""
+    flags = ["--model.init_args.lr=0", "--model.init_args.optimizer=sgd", "--trainer.max_epochs=3"]
+    run(cli, "fit", tmp_path / "straight", *flags)
+    with pytest.raises(SystemExit):
+        run(cli, "fit", tmp_path / "stopped", *flags, fault("SignalAtStep", step=20, signum=int(signal.SIGTERM)))
+    run(cli, "fit", tmp_path / "stopped", *flags, "--ckpt_path=last")
+
+    def best_state(name: str) -> dict[str, Any]:
+        return torch.load(tmp_path / name / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"][
+            "BestCheckpoint"
+        ]
+
+    straight, resumed = best_state("straight"), best_state("stopped")
+    assert straight["current_score"] is not None
+    for key in ("current_score", "best_model_score", "kth_value"):
+        assert torch.equal(resumed[key], straight[key]), key
+
+
 def test_validation_switched_off_is_the_reason_given_for_no_best(
     cli: ModuleType, tmp_path: Path, lightning_log: list[str]
 ) -> None:

@@ -104,16 +104,39 @@ def test_a_flipped_bit_is_refused_with_one_line_naming_the_file_and_nothing_is_w
         checkpoint_io.AtomicCheckpointIO().load_checkpoint(last)  # Lightning's own read, for a fit called in code
 
 
-def test_a_checkpoint_without_a_record_loads_unchecked(cli: ModuleType, run: Path, in_tmp: Path) -> None:
+def test_a_checkpoint_without_a_record_loads_unchecked_and_says_so_in_one_line(
+    cli: ModuleType, run: Path, in_tmp: Path, lightning_log: list[str]
+) -> None:
     flip_a_bit_in_a_tensor(run / LAST)
     with pytest.raises(SystemExit):
         cli.main(["validate", f"--ckpt_path={run / LAST}"])  # in its run: refused
-    elsewhere = Path(shutil.copy(run / LAST, in_tmp / "elsewhere.ckpt"))  # no run, no record: as before digests
-    assert cli.build_cli(["validate", f"--ckpt_path={elsewhere}"]).trainer.callback_metrics["val/loss"] > 0
-    record = yaml.safe_load((run / "provenance.yaml").read_text())
+    assert not [line for line in lightning_log if "not checked" in line]
+
+    def unchecked(path: Path) -> list[str]:
+        lightning_log.clear()
+        assert cli.build_cli(["validate", f"--ckpt_path={path}"]).trainer.callback_metrics["val/loss"] > 0
+        return [line for line in lightning_log if "not checked against a digest" in line]
+
+    elsewhere = Path(shutil.copy(run / LAST, in_tmp / "elsewhere.ckpt"))  # handed on outside its run
+    assert unchecked(elsewhere) == [  # once, though the command line and Lightning both read it
+        f"checkpoint {elsewhere}: not checked against a digest (it is not inside a run folder with a provenance.yaml);"
+        " it loads as it is"
+    ]
+    record_file = run / "provenance.yaml"
+    record = yaml.safe_load(record_file.read_text())
+    record["checkpoints"]["checkpoints/last.ckpt"] = "lost"  # a malformed entry
+    record_file.write_text(yaml.safe_dump(record, sort_keys=False))
+    assert unchecked(run / LAST) == [
+        f"checkpoint {run / LAST}: not checked against a digest (its entry under `checkpoints` in {record_file} is"
+        " not a digest); it loads as it is"
+    ]
     del record["checkpoints"]["checkpoints/last.ckpt"]  # what the error line says to do to load it anyway
-    (run / "provenance.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
-    assert cli.build_cli(["validate", f"--ckpt_path={run / LAST}"]).trainer.callback_metrics["val/loss"] > 0
+    record_file.write_text(yaml.safe_dump(record, sort_keys=False))
+    digests._UNCHECKED.clear()  # said once per file and process: this process said it of this file already
+    assert unchecked(run / LAST) == [
+        f"checkpoint {run / LAST}: not checked against a digest ({record_file} has no entry for it under"
+        " `checkpoints`); it loads as it is"
+    ]
 
 
 class Killed(BaseException):
