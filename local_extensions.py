@@ -43,7 +43,10 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
       ``file://localhost/`` URL included; ``cruft update`` moves the commit;
     - from a git URL with cookiecutter: the same at ``--checkout``'s tag, or else at the clone's commit (a branch
       would move under the project);
-    - from a local checkout: ``runkit @ file:///<checkout>/runkit``;
+    - from a local checkout whose commit a remote of it has (a clone of the team's repository, pushed): the same at
+      that commit, from the remote's URL, so the project installs on a colleague's machine too;
+    - from any other local checkout: ``runkit @ file:///<checkout>/runkit``, a folder of this machine (the hook's
+      next steps say what to change before sharing the project);
     - ``index``: ``runkit>=0.1,<0.2`` from the package index the team publishes it to.
     """
     answer = str(cookiecutter.get("runkit_requirement", "auto"))
@@ -61,7 +64,21 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
         folder = Path(__file__).resolve().parent
     if is_repo_url(expand_abbreviations(template, BUILTIN_ABBREVIATIONS)):
         return _at_commit(template, _pin(folder, cookiecutter.get("_checkout")))
+    if remote := _remote_at_commit(folder):
+        return _at_commit(*remote)
     return f"{LIBRARY} @ {folder.resolve().as_uri()}/{LIBRARY}"
+
+
+def _remote_at_commit(clone: Path) -> tuple[str, str] | None:
+    """The URL of a remote of ``clone`` that has its checked-out commit (one of its remote-tracking branches holds
+    it), and that commit; ``None`` where no remote has it (none set, or the commit not pushed)."""
+    commit = _git(clone, "rev-parse", "HEAD")
+    refs = _git(clone, "for-each-ref", "--contains", commit, "--format=%(refname)", "refs/remotes") if commit else ""
+    for ref in refs.splitlines():
+        name = ref.removeprefix("refs/remotes/").split("/")[0]
+        if url := _git(clone, "remote", "get-url", name):
+            return url, commit
+    return None
 
 
 def _at_commit(template: str, ref: str) -> str:

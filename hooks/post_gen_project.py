@@ -5,6 +5,7 @@ A run records the commit of the code that ran (``provenance.yaml``): a project t
 """
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,6 +60,21 @@ def commit_args(project: Path, answers: dict[str, str]) -> list[str]:
     return [*identity, "commit", "--quiet", "--no-verify", "--message", f"Generate {answers['project_name']}"]
 
 
+def local_runkit(project: Path) -> str | None:
+    """The line that says the project installs runkit from a folder of this machine, and what to change before
+    sharing it; ``None`` where its requirement is a URL others can reach (or a package index)."""
+    found = re.search(r'"(runkit @ (?:git\+)?file:[^"]*)"', (project / "pyproject.toml").read_text(encoding="utf-8"))
+    if found is None:
+        return None
+    return (
+        f"note: pyproject.toml installs runkit from this machine ({found[1]}): a colleague's install of the project"
+        " fails there. Before sharing it, name the template's git URL at a commit or tag in that line"
+        " (runkit @ git+https://<host>/<org>/<template>@<commit>#subdirectory=runkit), or the team's package index"
+        " (runkit>=0.1,<0.2): generate again with runkit_requirement=<that>, or push the template's commit to a"
+        " remote of its clone and generate again"
+    )
+
+
 if __name__ == "__main__":
     package = ANSWERS["package_name"]
     problem = first_commit(Path.cwd(), ANSWERS)
@@ -66,8 +82,10 @@ if __name__ == "__main__":
         print(f"warning: {problem}")
     print(
         f"\nGenerated {ANSWERS['project_slug']}/. Next:\n"
-        f"  cd {ANSWERS['project_slug']} && pip install -e '.[dev]'\n"
+        f"  cd {ANSWERS['project_slug']} && pip install -e '.[dev]'    # or: make install\n"
         f"  {package} fit                         # the default run: configs/default.yaml\n"
         f"  {package} validate --ckpt_path best\n"
-        "  pytest\n"
+        "  make test\n"
     )
+    if (note := local_runkit(Path.cwd())) is not None:
+        print(note)

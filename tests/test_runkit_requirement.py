@@ -48,7 +48,8 @@ def generate(tmp_path: Path) -> Callable[..., Path]:
             [*command, "--output-dir", str(output), template, *options], cwd=cwd, capture_output=True, text=True
         )
         assert done.returncode == 0, done.stderr
-        (project,) = output.iterdir()
+        (output / "said.txt").write_text(done.stdout)  # the hook's next steps: beside the project, not in it
+        (project,) = [path for path in output.iterdir() if path.is_dir()]
         return project
 
     return generate
@@ -81,10 +82,40 @@ def test_a_git_url_at_a_branch_pins_its_commit(generate: Callable[..., Path], re
     assert requirement(generate(f"git+{bare.as_uri()}", cwd=ROOT)) == wanted
 
 
-def test_a_local_checkout_names_its_runkit_folder(generate: Callable[..., Path]) -> None:
-    wanted = f"runkit @ {ROOT.as_uri()}/runkit"
-    assert requirement(generate(str(ROOT))) == wanted
-    assert requirement(generate(".", cwd=ROOT)) == wanted  # `make main` (rendering runs in another folder)
+def said(project: Path) -> str:
+    """What the generation printed (the hook's next steps)."""
+    return (project.parent / "said.txt").read_text()
+
+
+def test_a_checkout_no_remote_has_names_its_runkit_folder_and_says_what_to_change(
+    generate: Callable[..., Path], tmp_path: Path
+) -> None:
+    work = committed_template(tmp_path / "work")  # no remote: a folder of this machine is all there is
+    wanted = f"runkit @ {work.as_uri()}/runkit"
+    project = generate(str(work))
+    assert requirement(project) == wanted
+    assert f"note: pyproject.toml installs runkit from this machine ({wanted})" in said(project)
+    assert "runkit_requirement=" in said(project)
+    assert requirement(generate(".", cwd=work)) == wanted  # `make main` (rendering runs in another folder)
+
+
+def test_a_clone_whose_remote_has_its_commit_names_the_remote_at_that_commit(
+    generate: Callable[..., Path], repository: tuple[Path, str], tmp_path: Path
+) -> None:
+    # A team's clone of its template repository: a colleague's machine reaches the remote, not this folder.
+    bare, head = repository
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "--quiet", str(bare), str(clone))
+    git(clone, "remote", "set-url", "origin", "git@git.example.com:ml/template.git")
+    project = generate(str(clone))
+    assert requirement(project) == f"runkit @ git+ssh://git@git.example.com/ml/template.git@{head}#subdirectory=runkit"
+    assert "note:" not in said(project)
+    assert said(project).rstrip().endswith("make test")  # the README's test command (it said `pytest`)
+    # A commit the remote does not have yet: the folder, and the note.
+    git(clone, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "--quiet", "--allow-empty", "-m", "x")
+    project = generate(str(clone))
+    assert requirement(project) == f"runkit @ {clone.as_uri()}/runkit"
+    assert "note: pyproject.toml installs runkit from this machine" in said(project)
 
 
 def test_index_names_the_published_range_and_a_requirement_is_written_as_given(
