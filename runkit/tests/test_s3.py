@@ -152,3 +152,60 @@ def test_a_process_killed_mid_upload_leaves_the_object_it_replaces(s3: S3Server,
         job.wait(60)
     assert job.returncode == -signal.SIGKILL  # killed, not finished
     assert target.read_bytes() == before  # whole, and still the one it was
+
+
+def _buckets(s3: S3Server) -> list[str]:
+    fs = location(f"s3://{s3.bucket}").fs  # type: ignore[union-attr]
+    fs.invalidate_cache()
+    return sorted(fs.ls(""))
+
+
+@pytest.mark.parametrize(
+    ("root", "message"),
+    [
+        ("s3://kit-runz/runs", "s3://kit-runz/runs: no bucket 'kit-runz' at http://127.0.0.1:"),
+        ("s3://", "s3:// names no bucket: s3://<bucket>/<folder>"),
+        ("s3:///runs", "s3:///runs names no bucket: s3://<bucket>/<folder>"),
+        ("s3://kit runs/x", "s3://kit runs/x: 'kit runs' is not a bucket name (letters, digits, '.', '-', '_';"),
+    ],
+)
+def test_a_run_root_whose_bucket_does_not_exist_is_refused_and_no_bucket_is_made(
+    cli: ModuleType, in_tmp: Path, s3: S3Server, s3_env: dict[str, str], root: str, message: str
+) -> None:
+    # s3fs's makedirs created a misspelled bucket (and `s3://` made the experiment name one): the run went there.
+    with pytest.raises(SystemExit) as exit_info:
+        cli.build_cli(["fit", f"--trainer.default_root_dir={root}", "--trainer.max_epochs=1"])
+    assert exit_info.value.code == 2
+    assert _buckets(s3) == [s3.bucket]
+    listed = launch(PACKAGE, "runs", "--root", root, cwd=in_tmp)
+    assert listed.returncode == 2, listed.stdout
+    assert listed.stdout.strip().startswith(f"error: {message}"), listed.stdout
+
+
+def test_a_refused_root_names_the_bucket_in_one_line(in_tmp: Path, s3: S3Server, s3_env: dict[str, str]) -> None:
+    done = launch(PACKAGE, "fit", "--trainer.default_root_dir=s3://kit-runz/runs", "--trainer.max_epochs=1", cwd=in_tmp)
+    assert done.returncode == 2, done.stdout
+    assert (
+        done.stdout.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: trainer.default_root_dir: s3://kit-runz/runs: no bucket 'kit-runz' at {s3.env['AWS_ENDPOINT_URL']};"
+            " create it (the kit creates none) or fix its name"
+        )
+    ), done.stdout
+    assert "Traceback" not in done.stdout
+    assert _buckets(s3) == [s3.bucket]
+
+
+def test_missing_credentials_name_the_root_and_the_variables(in_tmp: Path, s3: S3Server) -> None:
+    # botocore's `Unable to locate credentials` alone named neither the run root nor what to set.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    env.update(AWS_ENDPOINT_URL=s3.env["AWS_ENDPOINT_URL"], AWS_SHARED_CREDENTIALS_FILE="none", AWS_CONFIG_FILE="none")
+    env.update(AWS_EC2_METADATA_DISABLED="true")  # no instance metadata service to wait for
+    done = launch(PACKAGE, "fit", f"--trainer.default_root_dir=s3://{s3.bucket}/runs", cwd=in_tmp, env=env)
+    assert done.returncode == 2, done.stdout
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"error: trainer.default_root_dir: s3://{s3.bucket}/runs: no credentials for the store at"
+        f" {s3.env['AWS_ENDPOINT_URL']}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the"
+        " environment (Unable to locate credentials)"
+    ), done.stdout

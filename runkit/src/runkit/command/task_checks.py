@@ -24,7 +24,7 @@ from ..bad_input import BadInputError
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
 from ..safety.rendezvous import check_launcher
-from ..store import StoreError, location
+from ..store import StoreError, check_root, location
 from ..writable import unwritable
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
@@ -80,9 +80,9 @@ def check_folder(key: str, folder: str | Path | None) -> None:
     """Refuses a folder (named by config ``key``) that cannot be created or written."""
     if folder is None:
         return
-    if "://" in str(folder):  # a store: its filesystem must be installed; what it allows, its client says
+    if "://" in str(folder):  # a store: its filesystem installed, its bucket there and answering
         try:
-            location(folder)
+            check_root(location(folder))
         except StoreError as error:
             raise BadInputError(f"{key}: {error}") from None
         return

@@ -20,7 +20,7 @@ from itertools import count
 from typing import Any
 
 from ..project import Project, current
-from ..store import RunPath, StoreError, StorePath, location
+from ..store import RunPath, StoreError, StorePath, check_root, location
 from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
@@ -213,6 +213,7 @@ def list_runs(root: str = "runs", experiment: str | None = None) -> None:
     """
     try:
         where = location(root)
+        check_root(where)
     except StoreError as error:  # before anything is read: one line, as every refusal
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
