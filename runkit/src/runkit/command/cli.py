@@ -149,8 +149,14 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         try:
             trainer = super().instantiate_trainer(**kwargs)
             session.check_processes(trainer)  # a checkpoint whose global batch these processes cannot share
-        except BaseException:
-            session.discard()  # a Trainer that cannot be built (bad trainer settings) leaves no run behind, nor a lock
+            check_trainer(trainer)
+            if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)
+                check_paths(trainer)
+                check_monitor(trainer, self.model, self.datamodule)
+        except BaseException as error:
+            session.discard()  # a Trainer refused or that cannot be built leaves no new run behind, nor a lock
+            if isinstance(error, BadInputError):
+                self._refuse(error)
             raise
         if self.subcommand:
             session.start(trainer, self.command, self.config[self.subcommand].get("seed_everything"), ckpt_path)
@@ -158,14 +164,6 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
 
     def after_instantiate_classes(self) -> None:
         drop_unlanded_links(self.project.links, {"model": self.model, "data": self.datamodule})
-        try:
-            check_trainer(self.trainer)
-            if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)
-                check_paths(self.trainer)
-                check_monitor(self.trainer, self.model, self.datamodule)
-        except BadInputError as error:
-            discard_new_run(self)  # created when the Trainer was built: nothing ran in it
-            self._refuse(error)
 
     def _refuse(self, error: BaseException) -> NoReturn:
         """Exits 2 with one ``error:`` line saying which key holds the refused value, and why."""
