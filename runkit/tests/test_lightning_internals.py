@@ -29,6 +29,9 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert loop._combined_loader_states_to_load == []  # unread_loader_states
     assert loop._data_fetcher is None  # restart_train_iterator
     assert loop.epoch_progress.current.processed == 0  # epochs_completed
+    progress = loop.epoch_loop.scheduler_progress  # count_scheduler_step
+    submodule("lightning_internals").count_scheduler_step(trainer)
+    assert (progress.total.ready, progress.total.completed, progress.current.completed) == (1, 1, 1)
     assert callable(loop.teardown)  # end_fit_loop
     assert (loop.max_epochs, loop.epoch_loop.max_steps) == (None, -1)  # run_exactly's limits
     assert callable(LightningCLI._parse_ckpt_path)  # FitKeepsItsModel

@@ -121,6 +121,15 @@ def logged_names(trainer: pl.Trainer) -> set[str]:
     return names
 
 
+def count_scheduler_step(trainer: pl.Trainer) -> None:
+    """Counts a scheduler step the kit takes in the fit loop's place (``safety/plateau_resume.py``) as the loop counts
+    its own (``_TrainingEpochLoop.scheduler_progress``, saved in checkpoints; loops are not public API): a resumed
+    run's counter then equals an uninterrupted run's (it was 1 where that one's was 2)."""
+    progress = trainer.fit_loop.epoch_loop.scheduler_progress
+    progress.increment_ready()
+    progress.increment_completed()
+
+
 def epoch_restarted(trainer: pl.Trainer) -> bool:
     """Whether the epoch now ending is the one a run resumed into, where Lightning skips plateau schedulers
     (``FitLoop.on_advance_end``'s guard from lightning#14702). Loops are not public API."""

@@ -16,7 +16,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 
-from ..lightning_internals import epoch_restarted
+from ..lightning_internals import count_scheduler_step, epoch_restarted
 
 
 class PlateauResume(pl.Callback):
@@ -49,6 +49,7 @@ class PlateauResume(pl.Callback):
                 )
                 continue
             pl_module.lr_scheduler_step(config.scheduler, metric)
+            count_scheduler_step(trainer)
 
     def state_dict(self) -> dict[str, Any]:
         # Saved while the epoch's end is checkpointed: after the hooks that log, so the metric is the one to use.
