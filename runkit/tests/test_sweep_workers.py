@@ -17,6 +17,7 @@ import torch
 import yaml
 from support import PACKAGE, ROOT, TEMPLATE
 
+from runkit.testing.faults import fault
 from runkit.testing.support import child_path, digest
 
 optuna = pytest.importorskip("optuna", reason="the sweep needs the project's `search` extra (Optuna)")
@@ -140,7 +141,9 @@ def test_a_group_sigterm_stops_every_cell_and_the_same_command_finishes_the_swee
 @pytest.mark.faults
 def test_two_workers_started_apart_share_one_sweep_in_postgresql(presets: Path) -> None:
     with servers.postgres() as url:
-        heavier = ["--data.init_args.train_size=2048", "--heartbeat_interval=1", f"--storage={url}"]
+        # Cells of a few seconds (32 steps, 0.3 s each), so the second command, started after the first cell, finds
+        # cells left to take however slow its start.
+        heavier = [fault("SleepEachStep", seconds=0.3), "--heartbeat_interval=1", f"--storage={url}"]
         # Two commands with run folders of their own stand for two machines; the sweep's name joins them.
         first = start(*GRID, *heavier, "--trainer.default_root_dir=a", log="a.log")
         wait_for(first, "the first machine's first cell", lambda: completed_lines("a.log"), "a.log")
