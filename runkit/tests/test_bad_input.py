@@ -238,6 +238,10 @@ def test_a_read_only_file_system_is_named_as_one(in_tmp: Path) -> None:
     ("args", "message"),
     [
         (["--seed_everything=abc"], "error: seed_everything: expected bool or int; got 'abc'"),
+        (  # what to write instead (it said only "got 'None'")
+            ["--seed_everything=null"],
+            "error: seed_everything: expected bool or int; got null: an int seeds every run alike, true draws a seed",
+        ),
         (["--trainer.precision=17"], "error: trainer.precision: expected one of 64, 32, 16, 'transformer-engine'"),
         (
             ["--best_checkpoint.mode=up"],

@@ -87,8 +87,16 @@ def condense(message: str) -> str:
         types = [_short_types(r.removeprefix("Expected a ")) for r in reasons]
         if all(t.startswith("typing.Literal[") for t in types):
             return f"{header[1]}: expected one of {', '.join(t[15:-1] for t in types)}; got {given!r}"
-        return f"{header[1]}: expected {' or '.join(types)}; got {given!r}"
+        got = "null" if given == "None" else repr(given)  # YAML's null (`--key null`), which jsonargparse calls None
+        return f"{header[1]}: expected {' or '.join(types)}; got {got}{KEY_HINTS.get(header[1], '')}"
     return f"{header[1]}: {'; '.join(map(_short_types, reasons))}"
+
+
+KEY_HINTS = {
+    "seed_everything": ": an int seeds every run alike, true draws a seed and records it (provenance.yaml),"
+    " false seeds nothing",
+}
+"""What to write instead, for keys whose refused value says too little on its own (``--seed_everything null``)."""
 
 
 def _short_types(text: str) -> str:
