@@ -50,8 +50,14 @@ def test_tensor_files_from_a_folder_and_from_one_file(inputs: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (images(2, 3, 28, 28), r"bad\.pt has shape \(2, 3, 28, 28\): expected \(C, H, W\) = \(1, 28, 28\)"),
-        (images(28, 28), r"bad\.pt has shape \(28, 28\)"),
+        (
+            images(2, 3, 28, 28),
+            r"bad\.pt has shape \(2, 3, 28, 28\): expected \(C, H, W\) = \(1, 28, 28\) for one image, or"
+            r" \(N, 1, 28, 28\) for N images; these have 3 channels, the model takes 1$",
+        ),
+        # It said `or (N, C, H, W)`, letters where the numbers are known, and not what was wrong.
+        (images(28, 28), r"bad\.pt has shape \(28, 28\): .*; the channel is missing: save images\.unsqueeze\(-3\)$"),
+        (images(5, 28, 28), r"bad\.pt has shape \(5, 28, 28\): .*; the channel is missing"),
         (torch.zeros(2, *SHAPE, dtype=torch.uint8), r"bad\.pt has dtype torch\.uint8"),
         (
             torch.stack([images(*SHAPE), images(*SHAPE).fill_(float("nan"))]),
@@ -66,7 +72,7 @@ def test_tensor_files_from_a_folder_and_from_one_file(inputs: Path) -> None:
             r" save the tensor alone",
         ),
     ],
-    ids=["channels", "rank", "dtype", "nan", "not-a-tensor", "sparse", "pickled"],
+    ids=["channels", "rank", "batch-without-channel", "dtype", "nan", "not-a-tensor", "sparse", "pickled"],
 )
 def test_bad_input_file_is_named(tmp_path: Path, content: object, message: str) -> None:
     torch.save(content, tmp_path / "bad.pt")

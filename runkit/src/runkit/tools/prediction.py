@@ -53,9 +53,7 @@ class TensorFiles(Dataset[Tensor]):
                 )
             stacked = tensor.unsqueeze(0) if tensor.dim() == len(shape) else tensor  # (N, C, H, W)
             if tuple(stacked.shape[1:]) != shape or stacked.dim() != len(shape) + 1:
-                raise ValueError(
-                    f"{file} has shape {tuple(tensor.shape)}: expected (C, H, W) = {shape} or (N, C, H, W)"
-                )
+                raise ValueError(f"{file} has shape {tuple(tensor.shape)}: {_expected(tuple(tensor.shape), shape)}")
             if not stacked.is_floating_point():
                 raise ValueError(f"{file} has dtype {stacked.dtype}: expected floating-point images")
             if (bad := (~stacked.isfinite()).flatten(1).any(dim=1).nonzero()).numel():
@@ -72,6 +70,16 @@ class TensorFiles(Dataset[Tensor]):
 
     def __getitem__(self, index: int) -> Tensor:
         return self.images[index]  # (C, H, W)
+
+
+def _expected(given: tuple[int, ...], shape: tuple[int, int, int]) -> str:
+    """What a file of ``given`` shape should hold for images of ``shape``, with the fix where it is plain."""
+    said = f"expected (C, H, W) = {shape} for one image, or (N, {', '.join(map(str, shape))}) for N images"
+    if given[-2:] == shape[-2:] and len(given) in (2, 3) and shape[0] == 1:
+        return f"{said}; the channel is missing: save images.unsqueeze(-3)"
+    if len(given) in (3, 4) and given[-2:] == shape[-2:] and given[-3] != shape[0]:
+        return f"{said}; these have {given[-3]} channels, the model takes {shape[0]}"
+    return said
 
 
 def _load(file: Path) -> Any:
