@@ -1,8 +1,8 @@
 """Export for inference: torch.export and ONNX files of the trained model, each checked against eager outputs.
 
-Both take one input batch ``(B, ...)`` (the model's ``forward`` argument, float32) with a dynamic batch size
-and return what ``forward`` returns (e.g. logits). ONNX needs the optional ``export`` extra (onnx,
-onnxscript for torch's exporter, onnxruntime for the check).
+Both take the model's inputs (``forward``'s tensors, batch first: one image batch, or token ids and an attention
+mask; ``model_inputs.py``) with a dynamic batch size and return what ``forward`` returns (e.g. logits). ONNX needs
+the optional ``export`` extra (onnx, onnxscript for torch's exporter, onnxruntime for the check).
 
 An export is one folder, written whole: every file goes to a temporary folder next to it, is checked against
 eager there, and the folder then takes the export folder's place (an earlier export in it is replaced as a whole).
@@ -24,6 +24,7 @@ import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
+from .model_inputs import ModelInputs, dynamic_batch, exportable, from_example
 from .program_checks import load_program
 from .quantized_export import WRITTEN as QUANTIZED_WRITTEN
 
@@ -62,32 +63,46 @@ def export_dir(checkpoint: Path) -> Path:
     return (folder.parent if folder.name == "checkpoints" else folder) / "export"
 
 
-def example_batch(model: pl.LightningModule, datamodule: pl.LightningDataModule | None, max_samples: int) -> Tensor:
+def example_batch(
+    model: pl.LightningModule, datamodule: pl.LightningDataModule | None, max_samples: int
+) -> ModelInputs:
     """Inputs to trace and check with: up to ``max_samples`` samples of the first predict batches (their first
-    element if tuples), or the model's ``example_input_array`` when the data has no ``predict_dataloader``."""
+    element if tuples, the model's inputs by name if dicts), or the model's ``example_input_array`` (a tensor, a
+    tuple or a dict of tensors) when the data has no ``predict_dataloader``.
+
+    Raises:
+        ValueError: Fewer than 2 samples, or inputs that are not tensors.
+    """
+    example = model.example_input_array
     if datamodule is not None and is_overridden("predict_dataloader", datamodule):
         datamodule.prepare_data()
         datamodule.setup("predict")
         parts, count = [], 0
         for batch in datamodule.predict_dataloader():  # a loader of batch size 1 still gives a batch of several
-            inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
-            parts.append(inputs)
-            count += len(inputs)
+            if isinstance(batch, (tuple, list)) and not isinstance(example, (tuple, list)):
+                batch = batch[0]  # (inputs, targets): the inputs (B, ...)
+            elif isinstance(batch, dict) and isinstance(example, dict):
+                batch = {name: batch[name] for name in example}
+            part = from_example(batch, model)
+            parts.append(part)
+            count += len(part)
             if count >= max_samples:
                 break
-        inputs = torch.cat(parts) if parts else torch.zeros(0)
+        if not parts:
+            raise ValueError("the predict loader gave no batch: export needs at least 2 samples to trace")
+        columns = zip(*(part.tensors for part in parts), strict=True)  # each input across the batches
+        inputs = ModelInputs(parts[0].names, tuple(torch.cat(column) for column in columns), parts[0].keywords)
     else:
-        batch = model.example_input_array
-        inputs = batch[0] if isinstance(batch, (tuple, list)) else batch  # (B, ...)
+        inputs = from_example(example, model)
     if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
         raise ValueError(f"the example input batch has {len(inputs)} sample(s): export needs at least 2")
-    return inputs[:max_samples].float().clone()  # its own storage: a program saves its sample inputs' whole storage
+    return inputs.rows(slice(0, max_samples))
 
 
 def export_model(
     model: pl.LightningModule,
-    inputs: Tensor,
+    inputs: ModelInputs,
     output_dir: Path,
     formats: Sequence[str],
     atol: float,
@@ -132,27 +147,27 @@ def replace_folder(source: Path, target: Path) -> None:
 
 
 def _export_checked(
-    model: pl.LightningModule, inputs: Tensor, output_dir: Path, formats: Sequence[str], atol: float
+    model: pl.LightningModule, inputs: ModelInputs, output_dir: Path, formats: Sequence[str], atol: float
 ) -> list[Exported]:
     """Writes ``model`` in each format into ``output_dir``, each file checked against the eager outputs."""
     model = model.cpu().eval()
     with torch.no_grad():
-        expected = model(inputs)
-    batch = torch.export.Dim("batch")
-    dynamic_shapes = ({0: batch},)
+        expected = inputs.call(model)
+    traced, args, dynamic_shapes = exportable(model, inputs), inputs.tensors, dynamic_batch(inputs)
     exported = []
     for name in formats:
         path = output_dir / FILE_NAMES[name]
         # Traced without autograd: an inference graph, with activation checkpointing (a training-only trick) off.
         with torch.no_grad():
             if name == "torch_export":
-                torch.export.save(torch.export.export(model, (inputs,), dynamic_shapes=dynamic_shapes), path)
+                torch.export.save(torch.export.export(traced, args, dynamic_shapes=dynamic_shapes), path)
             else:
-                model.to_onnx(
+                torch.onnx.export(
+                    traced,
+                    args,
                     path,
-                    inputs,
                     dynamo=True,
-                    input_names=["input"],
+                    input_names=list(inputs.names),
                     output_names=["output"],
                     dynamic_shapes=dynamic_shapes,
                     verbose=False,
@@ -164,9 +179,9 @@ def _export_checked(
     return exported
 
 
-def run_exported(path: Path, inputs: Tensor) -> Tensor:
+def run_exported(path: Path, inputs: Tensor | ModelInputs) -> Tensor:
     """Runs an exported file (``.pt2`` with torch, ``.onnx`` with ONNX Runtime on CPU) on ``inputs``."""
-    return load_program(path)(inputs)
+    return load_program(path)(*(inputs.tensors if isinstance(inputs, ModelInputs) else (inputs,)))
 
 
 def format_report(exported: Sequence[Exported]) -> str:

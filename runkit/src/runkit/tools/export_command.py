@@ -7,7 +7,7 @@ The files themselves: ``export.py`` (float), ``quantized_export.py`` (quantized)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 
@@ -16,9 +16,17 @@ from ..command.task_checks import check_folder
 from ..safety.checkpoints import read_checkpoint, resolve_ckpt_path
 from ..store import is_remote
 from .export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
+from .export_lock import ExportLock
 from .program_checks import validation_batches
 from .quantize import check_quantization
-from .quantized_export import QuantizeOptions, check_quantized_formats, export_quantized, format_quantization
+from .quantized_export import (
+    INT8,
+    BoundError,
+    QuantizeOptions,
+    check_quantized_formats,
+    export_quantized,
+    format_quantization,
+)
 
 
 def export(
@@ -31,18 +39,20 @@ def export(
     formats: tuple[Literal["torch_export", "onnx"], ...] = ("torch_export", "onnx"),
     atol: float = 1e-4,
     max_samples: int = 8,
-    quantize: Literal["int8_weight_only", "int8_dynamic", "float8"] | None = None,
+    quantize: Literal["int8", "int8_weight_only", "int8_dynamic", "float8"] | None = None,
     quantize_device: Literal["cpu", "cuda"] = "cpu",
     max_accuracy_drop: float = 0.5,
     max_output_error: float = 0.05,
     latency_repeats: int = 30,
     latency_threads: int = 1,
+    calibration_batches: int = 8,
 ) -> list[Exported]:
     """Exports the model for inference (torch.export ``model.pt2``, ONNX ``model.onnx``), checked against eager.
 
-    With ``quantize``, also ``model.<mode>.pt2`` (torchao) and, for ``int8_dynamic``, ``model.int8_dynamic.onnx``
-    (ONNX Runtime), each checked on the validation set against the float model, timed against the float file,
-    and reported in ``quantization.json`` beside them.
+    With ``quantize int8``, also the int8 files of the paths that run fast on ``quantize_device`` and the float
+    program compiled by AOTInductor (``model.aoti.pt2``); with a torchao mode, ``model.<mode>.pt2`` (and, for
+    ``int8_dynamic``, ``model.int8_dynamic.onnx``). Each is checked on the validation set against the float model,
+    timed against every float file, and reported in ``quantization.json`` beside them, with the file to ship.
 
     Args:
         trainer: The command's Trainer (where ``best``/``last`` are looked up).
@@ -57,8 +67,10 @@ def export(
         formats: Any of ``torch_export`` and ``onnx`` (ONNX needs the project's ``export`` extra).
         atol: Largest absolute difference from the eager outputs that an exported file may show.
         max_samples: Samples of the first predict batch used to trace and compare (at least 2).
-        quantize: Also write the model quantized by torchao in this mode (needs the ``export`` extra);
-            ``float8`` needs a CUDA GPU of compute capability >= 8.9. ``null``: float files only.
+        quantize: ``int8``: the int8 files that run fast on ``quantize_device``, measured, the fastest within the
+            bound recommended (or the fastest float file where none is faster); or a torchao mode
+            (``int8_weight_only``, ``int8_dynamic``, ``float8``: a CUDA GPU of compute capability >= 8.9). Needs the
+            ``export`` extra. ``null``: float files only.
         quantize_device: Where the quantized program is built, checked and timed (float8: ``cuda``).
         max_accuracy_drop: Most points of validation accuracy a quantized classifier may lose; more fails export.
         max_output_error: For a model that is not a classifier: the largest relative RMS difference of the quantized
@@ -66,6 +78,7 @@ def export(
         latency_repeats: Timed calls per program and batch size (1 and 64); the median and IQR are recorded.
         latency_threads: CPU threads of torch and ONNX Runtime while timing; 1 holds still on a machine shared with
             other work (two threads on two busy cores read 100x slower); 0: the libraries' defaults.
+        calibration_batches: Validation batches that set the activation scales of ``int8``'s static paths.
     """
     if max_samples < 2:
         raise BadInputError(f"max_samples must be >= 2 (a batch of 1 would not stay dynamic), got {max_samples}")
@@ -75,12 +88,15 @@ def export(
         raise BadInputError(
             f"max_accuracy_drop and max_output_error must be >= 0, got {max_accuracy_drop}, {max_output_error}"
         )
-    if latency_repeats < 1 or latency_threads < 0:
+    if latency_repeats < 1 or latency_threads < 0 or calibration_batches < 1:
         raise BadInputError(
-            f"latency_repeats must be >= 1 and latency_threads >= 0, got {latency_repeats}, {latency_threads}"
+            "latency_repeats and calibration_batches must be >= 1 and latency_threads >= 0, got"
+            f" {latency_repeats}, {calibration_batches}, {latency_threads}"
         )
     check_formats(formats)
     then = None
+    if quantize == INT8 and quantize_device == "cuda" and "torch_export" not in formats:
+        raise BadInputError("quantize: int8 on cuda compiles torch_export programs: add torch_export to --formats")
     if quantize is not None:
         try:
             check_quantization(quantize, quantize_device)
@@ -96,20 +112,36 @@ def export(
         )
     destination = Path(output_dir) if output_dir is not None else export_dir(Path(path))
     check_export_dir(destination, overwrite)
-    model.load_state_dict(read_checkpoint(path)["state_dict"])
-    inputs = example_batch(model, datamodule, max_samples)
-    if quantize is not None:
-        options = QuantizeOptions(
-            quantize, quantize_device, max_accuracy_drop, max_output_error, latency_repeats, latency_threads
-        )
-        project = {type(part).__module__.partition(".")[0] for part in (model, datamodule) if part is not None}
+    with ExportLock(destination):  # a second export into this folder is refused until this one ends
+        model.load_state_dict(read_checkpoint(path)["state_dict"])
+        try:
+            inputs = example_batch(model, datamodule, max_samples)
+        except (ValueError, TypeError) as error:
+            raise BadInputError(f"export: {error}") from None
+        reports: list[dict[str, Any]] = []
+        if quantize is not None:
+            options = QuantizeOptions(
+                quantize,
+                quantize_device,
+                max_accuracy_drop,
+                max_output_error,
+                latency_repeats,
+                latency_threads,
+                calibration_batches,
+            )
+            project = {type(part).__module__.partition(".")[0] for part in (model, datamodule) if part is not None}
 
-        def then(floats: dict[str, Path]) -> None:
-            report = export_quantized(model, inputs, floats, batches, options, project - {"torch"}, atol)
-            print(format_quantization(report))
+            def then(floats: dict[str, Path]) -> None:
+                reports.append(export_quantized(model, inputs, floats, batches, options, project - {"torch"}, atol))
 
-    exported = export_model(model, inputs, destination, formats, atol, then)
+        try:
+            exported = export_model(model, inputs, destination, formats, atol, then)
+        except BoundError as error:  # the flag's bound: one line with both numbers, nothing written
+            flag = "max_accuracy_drop" if "accuracy" in str(error) else "max_output_error"
+            raise BadInputError(f"{flag}: {error}; the export was not written") from None
     print(format_report(exported))
+    if reports:
+        print(format_quantization(reports[0]))  # its last line: the file to ship, and why
     return exported
 
 

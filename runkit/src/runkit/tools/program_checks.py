@@ -1,8 +1,9 @@
 """Checks of an exported program away from the model that made it: it runs in a fresh Python process that cannot
 import the project (nor runkit), it scores on the validation set close to the float model, and how long it takes.
 
-A program is a callable from a batch ``(B, ...)`` to what ``forward`` returns, loaded from its file:
-``torch.export.load`` for ``.pt2``, an ONNX Runtime session for ``.onnx``.
+A program is a callable from the model's input tensors ``(B, ...)`` (``model_inputs.py``) to what ``forward``
+returns, loaded from its file: ``torch.export.load`` for a ``.pt2`` program, ``aoti_load_package`` for a ``.pt2``
+package compiled by AOTInductor, an ONNX Runtime session for ``.onnx``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,10 @@ import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
-Program = Callable[[Tensor], Tensor]
+from .model_inputs import ModelInputs, batch_inputs
+
+Program = Callable[..., Tensor]
+"""``program(*tensors)``: the model's inputs positionally, as ``ModelInputs.tensors``."""
 
 # Run by ``python -I`` (no current folder, PYTHONPATH or user site on sys.path): argv = program, inputs, outputs,
 # device, the top-level packages it must not import.
@@ -37,15 +42,19 @@ class Blocked(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, Blocked())
-import torch
-inputs = torch.load(inputs_path, weights_only=True)
-if path.endswith(".pt2"):
+import torch, torch._inductor, zipfile
+inputs = torch.load(inputs_path, weights_only=True)  # a list of tensors: forward's inputs, in order
+if path.endswith(".pt2") and any("/data/aotinductor/" in name for name in zipfile.ZipFile(path).namelist()):
     with torch.no_grad():
-        outputs = torch.export.load(path).module()(inputs.to(device)).cpu()
+        outputs = torch._inductor.aoti_load_package(path)(*[tensor.to(device) for tensor in inputs]).cpu()
+elif path.endswith(".pt2"):
+    with torch.no_grad():
+        outputs = torch.export.load(path).module()(*[tensor.to(device) for tensor in inputs]).cpu()
 else:
     import onnxruntime
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    outputs = torch.from_numpy(session.run(["output"], {"input": inputs.numpy()})[0])
+    feed = {port.name: tensor.numpy() for port, tensor in zip(session.get_inputs(), inputs)}
+    outputs = torch.from_numpy(session.run(None, feed)[0])
 torch.save(outputs, outputs_path)
 """
 
@@ -72,15 +81,36 @@ class Latency:
     q3_ms: float
 
 
-def load_program(path: Path, device: str = "cpu", threads: int = 0) -> Program:
-    """The exported file as a callable: a ``torch.export`` program on ``device``, or ONNX Runtime on CPU with
-    ``threads`` threads (0: its default; torch's are set by the caller)."""
-    if path.suffix == ".pt2":
-        module = torch.export.load(path).module()
+def is_aoti_package(path: Path) -> bool:
+    """Whether a ``.pt2`` file holds a program compiled by AOTInductor (else a ``torch.export`` program)."""
+    with zipfile.ZipFile(path) as archive:
+        return any("/data/aotinductor/" in name for name in archive.namelist())
 
-        def run(inputs: Tensor) -> Tensor:
+
+def runtime(path: Path) -> str:
+    """What runs the file: ``onnxruntime``, ``aoti`` (AOTInductor's compiled package) or ``torch.export``."""
+    if path.suffix == ".onnx":
+        return "onnxruntime"
+    return "aoti" if is_aoti_package(path) else "torch.export"
+
+
+def load_program(path: Path, device: str = "cpu", threads: int = 0) -> Program:
+    """The exported file as a callable: a ``torch.export`` program or an AOTInductor package on ``device``, or ONNX
+    Runtime on CPU with ``threads`` threads (0: its default; torch's are set by the caller)."""
+    if path.suffix == ".pt2":
+        if is_aoti_package(path):
+            from torch._inductor import aoti_load_package  # AOTInductor's documented loader
+
+            module = aoti_load_package(str(path))
+        else:
+            program = torch.export.load(path)
+            if device != "cpu":  # exported on the CPU: its weights and the devices in its graph move together
+                program = torch.export.passes.move_to_device_pass(program, device)
+            module = program.module()
+
+        def run(*inputs: Tensor) -> Tensor:
             with torch.no_grad():
-                return module(inputs.to(device))
+                return module(*(tensor.to(device) for tensor in inputs))
 
         return run
     import onnxruntime  # optional: the `export` extra
@@ -88,10 +118,16 @@ def load_program(path: Path, device: str = "cpu", threads: int = 0) -> Program:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return lambda inputs: torch.from_numpy(session.run(["output"], {"input": inputs.cpu().numpy()})[0])
+    ports = [port.name for port in session.get_inputs()]
+
+    def run_onnx(*inputs: Tensor) -> Tensor:
+        feed = {name: tensor.cpu().numpy() for name, tensor in zip(ports, inputs, strict=True)}
+        return torch.from_numpy(session.run(None, feed)[0])
+
+    return run_onnx
 
 
-def check_fresh_process(path: Path, inputs: Tensor, device: str, blocked: Collection[str], atol: float) -> float:
+def check_fresh_process(path: Path, inputs: ModelInputs, device: str, blocked: Collection[str], atol: float) -> float:
     """Runs the file on ``inputs`` in a new ``python -I`` that cannot import ``blocked`` packages; returns the largest
     difference from the same file's outputs in this process.
 
@@ -100,7 +136,7 @@ def check_fresh_process(path: Path, inputs: Tensor, device: str, blocked: Collec
     """
     with tempfile.TemporaryDirectory() as folder:
         inputs_path, outputs_path = Path(folder, "inputs.pt"), Path(folder, "outputs.pt")
-        torch.save(inputs.cpu(), inputs_path)
+        torch.save([tensor.cpu() for tensor in inputs.tensors], inputs_path)
         command = [sys.executable, "-I", "-c", FRESH_RUN, str(path), str(inputs_path), str(outputs_path), device]
         done = subprocess.run(
             [*command, ",".join(sorted(blocked))], cwd=folder, capture_output=True, text=True, timeout=600
@@ -109,7 +145,7 @@ def check_fresh_process(path: Path, inputs: Tensor, device: str, blocked: Collec
             last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
             raise RuntimeError(f"{path}: does not run in a fresh process without the project: {last}")
         outputs = torch.load(outputs_path, weights_only=True)
-    error = (outputs - load_program(path, device)(inputs).cpu()).abs().max().item()
+    error = (outputs - load_program(path, device)(*inputs.tensors).cpu()).abs().max().item()
     if not error <= atol:
         raise RuntimeError(f"{path}: a fresh process computes other outputs: they differ by {error:.3g} > {atol:g}")
     return error
@@ -134,19 +170,18 @@ def validation_batches(model: pl.LightningModule, datamodule: pl.LightningDataMo
     return loaders[0] if isinstance(loaders, (list, tuple)) else loaders
 
 
-def score(model: torch.nn.Module, program: Program, batches: Iterable[object]) -> Score:
+def score(model: torch.nn.Module, program: Program, batches: Iterable[object], like: ModelInputs) -> Score:
     """Accuracy of the float ``model`` and of ``program`` where batches hold class indices after the inputs and the
-    outputs are logits; otherwise the program's relative RMS error against the float outputs."""
+    outputs are logits; otherwise the program's relative RMS error against the float outputs. ``like``: the
+    model's inputs, which batches hold (``model_inputs.batch_inputs``)."""
     correct_float = correct_quantized = samples = 0
     squared_error = squared_norm = 0.0
     classifier = True
     for batch in batches:
-        inputs, targets = (
-            (batch[0], batch[1] if len(batch) > 1 else None) if isinstance(batch, (tuple, list)) else (batch, None)
-        )
+        inputs, targets = batch_inputs(batch, like)
         with torch.no_grad():
-            expected = model(inputs.float())  # (B, C) logits, or any output
-        outputs = program(inputs.float()).cpu().to(expected.dtype)
+            expected = inputs.call(model)  # (B, C) logits, or any output
+        outputs = program(*inputs.tensors).cpu().to(expected.dtype)
         squared_error += (outputs - expected).double().square().sum().item()
         squared_norm += expected.double().square().sum().item()
         samples += len(inputs)
@@ -172,12 +207,12 @@ def _classes(outputs: Tensor, targets: Tensor | None) -> bool:
 
 
 def latencies(
-    programs: dict[str, Program], sample: Tensor, batch_size: int, repeats: int, device: str, threads: int
+    programs: dict[str, Program], sample: ModelInputs, batch_size: int, repeats: int, device: str, threads: int
 ) -> dict[str, Latency]:
     """Times each program on a batch of ``batch_size`` copies of the samples, after 3 calls to warm it up, with
     ``threads`` torch threads (0: torch's default). The programs take turns, call by call, so that a machine shared
     with other work slows each of them alike."""
-    inputs = sample[torch.arange(batch_size) % len(sample)].to(device)  # (batch_size, ...)
+    inputs = sample.rows(torch.arange(batch_size) % len(sample)).to(device).tensors  # each (batch_size, ...)
     times: dict[str, list[float]] = {name: [] for name in programs}
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
@@ -185,7 +220,7 @@ def latencies(
         for index in range(repeats + 3):
             for name, program in programs.items():
                 start = time.perf_counter()
-                program(inputs)
+                program(*inputs)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 if index >= 3:

@@ -40,9 +40,10 @@ class Quantized:
 
 def check_quantization(mode: str, device: str) -> None:
     """Raises ``ValueError`` in one line where ``mode`` cannot run on ``device`` with this torch, before anything is
-    written: torchao missing or not importable with this torch, no CUDA device, a GPU too old for float8."""
-    if mode not in MODES:
-        raise ValueError(f"quantize: {mode!r} unknown: choose from {list(MODES)}")
+    written: torchao missing or not importable with this torch, no CUDA device, a GPU too old for float8. (``int8``
+    is measured among several paths, see ``quantized_export.py``; its PT2E path is torchao's too.)"""
+    if mode not in ("int8", *MODES):
+        raise ValueError(f"quantize: {mode!r} unknown: choose from {['int8', *MODES]}")
     if importlib.util.find_spec("torchao") is None:
         raise ValueError(
             f"quantize: {mode} needs torchao, which is not installed: install the project's `export` extra"
