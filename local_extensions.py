@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 from cookiecutter.config import BUILTIN_ABBREVIATIONS
@@ -30,8 +31,14 @@ def toml_string(value: str) -> str:
 
 LIBRARY = "runkit"
 """The library every project installs: its folder in this repository (``runkit/``) and its distribution name."""
-INDEX_RANGE = "runkit>=0.1,<0.2"
-"""What a project names when the team installs runkit from a package index."""
+RELEASE: str = tomllib.loads((Path(__file__).parent / LIBRARY / "pyproject.toml").read_text(encoding="utf-8"))[
+    "project"
+]["version"]
+"""runkit's version in this template's commit (``runkit/pyproject.toml``), the newest in its CHANGELOG."""
+_MAJOR, _MINOR = (int(part) for part in RELEASE.split(".")[:2])
+INDEX_RANGE = f"runkit>={_MAJOR}.{_MINOR},<{_MAJOR}.{_MINOR + 1}"
+"""What a project names when the team installs runkit from a package index: this release's minor (semver: a minor
+may add, a removal warns for one minor first)."""
 
 
 @simple_filter
@@ -47,7 +54,8 @@ def runkit_requirement(cookiecutter: dict[str, object]) -> str:
       that commit, from the remote's URL, so the project installs on a colleague's machine too;
     - from any other local checkout: ``runkit @ file:///<checkout>/runkit``, a folder of this machine (the hook's
       next steps say what to change before sharing the project);
-    - ``index``: ``runkit>=0.1,<0.2`` from the package index the team publishes it to.
+    - ``index``: ``INDEX_RANGE`` (``runkit>=0.2,<0.3`` for runkit 0.2.x) from the package index the team publishes
+      it to.
     """
     answer = str(cookiecutter.get("runkit_requirement", "auto"))
     if answer == "index":

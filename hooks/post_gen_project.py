@@ -70,7 +70,7 @@ def local_runkit(project: Path) -> str | None:
         f"note: pyproject.toml installs runkit from this machine ({found[1]}): a colleague's install of the project"
         " fails there. Before sharing it, name the template's git URL at a commit or tag in that line"
         " (runkit @ git+https://<host>/<org>/<template>@<commit>#subdirectory=runkit), or the team's package index"
-        " (runkit>=0.1,<0.2): generate again with runkit_requirement=<that>, or push the template's commit to a"
+        " (runkit_requirement=index): generate again with runkit_requirement=<that>, or push the template's commit to a"
         " remote of its clone and generate again"
     )
 

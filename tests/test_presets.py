@@ -50,5 +50,5 @@ def test_preset_bakes(tmp_path: Path, preset: Path) -> None:
     if "{{" not in answers["package_name"]:
         assert (project / "src" / answers["package_name"] / "cli.py").is_file()
     (runkit,) = [line for line in meta["dependencies"] if line.startswith("runkit")]
-    wanted = {"index": "runkit>=0.1,<0.2", "auto": f"runkit @ {ROOT.as_uri()}/runkit"}
+    wanted = {"index": "runkit>=0.2,<0.3", "auto": f"runkit @ {ROOT.as_uri()}/runkit"}
     assert runkit == wanted.get(answers["runkit_requirement"], answers["runkit_requirement"])

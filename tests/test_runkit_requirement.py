@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, committed_template, cruft, git
 from packaging.requirements import Requirement
 
-TAG = "runkit-v0.1.0"
+TAG = "runkit-v0.2.0"
 
 
 def pip_url(repository: Path) -> str:
@@ -121,7 +121,7 @@ def test_a_clone_whose_remote_has_its_commit_names_the_remote_at_that_commit(
 def test_index_names_the_published_range_and_a_requirement_is_written_as_given(
     generate: Callable[..., Path],
 ) -> None:
-    assert requirement(generate(str(ROOT), "runkit_requirement=index")) == "runkit>=0.1,<0.2"
+    assert requirement(generate(str(ROOT), "runkit_requirement=index")) == "runkit>=0.2,<0.3"
     given = f"runkit @ git+https://git.example.com/ml/template.git@{TAG}#subdirectory=runkit"
     assert requirement(generate(str(ROOT), f"runkit_requirement={given}")) == given
 
