@@ -159,7 +159,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
 # bake, the kit's smoke test of fit, a SIGTERM, the resume and validate through the console script among it, and on
 # a non-default bake SMOKE_RUN too; the code of every bake is the same, only metadata differs).
 SMOKE_TESTS = (
-    "tests/task/test_configs.py::test_no_config_builds_the_default_run",
+    "tests/test_configs.py::test_no_config_builds_the_classes_of_the_starting_configs",
     "tests/test_kit_smoke.py::test_the_installed_runkit_is_one_this_project_admits",
 )
 SMOKE_RUN = "tests/test_kit_smoke.py::test_fit_a_group_sigterm_the_resume_and_validate_with_the_installed_kit"

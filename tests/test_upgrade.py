@@ -63,6 +63,7 @@ SIGTERM_AT_STEP_5 = "--trainer.callbacks+=" + json.dumps(
     {"class_path": "faults.SignalAtStep", "init_args": {"step": 5, "signum": int(signal.SIGTERM), "hook": "start"}}
 )
 SEARCH = ("search", "-c", "configs/search/default.yaml", *SMALL)
+SEARCH_AFTER = ("search", "-c", "configs/example/search.yaml", *SMALL)  # the template moved the example's search there
 EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 METRIC = re.compile(r"^│\s*(val/\w+)\s*│\s*(\S+)\s*│$", re.MULTILINE)  # a line of Lightning's table of metrics
 
@@ -258,7 +259,7 @@ def test_a_vendored_project_moves_to_runkit_and_its_old_runs_keep_working(tmp_pa
         for key in EXACT:
             assert_identical(ours[key], reference[key], key)
         assert runs_table(project) == {"stopped": ["finished", "2", "8"], "straight": ["finished", "2", "8"]}
-        output = succeeds(command(project, *SEARCH, "--trials", "3"))
+        output = succeeds(command(project, *SEARCH_AFTER, "--trials", "3"))
         assert "3/3 done" in output
         continued = trials(project)
         assert continued[:2] == searched

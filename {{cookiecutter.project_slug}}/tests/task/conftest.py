@@ -9,9 +9,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from example import SMALL_RUN
 from PIL import Image
 from runkit.testing.support import launch
-from support import PACKAGE, SMALL_RUN, config_flags, submodule
+from support import PACKAGE, config_flags, submodule
 
 
 def write_image_folder(root: Path, classes: int = 3, per_class: int = 20, size: int = 16) -> Path:

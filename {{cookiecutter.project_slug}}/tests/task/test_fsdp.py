@@ -1,4 +1,5 @@
-"""The FSDP preset: valid on any machine, and on a GPU it trains checkpoints that load without FSDP."""
+"""The FSDP presets on the example's transformer (one unit per block): valid on any machine, and on a GPU it trains
+checkpoints that load without FSDP."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from support import PACKAGE, SMALL_RUN
+from example import SMALL_RUN
+from support import PACKAGE
 
-STACK = (*SMALL_RUN, "example/transformer", "distributed/fsdp")
+STACK = (*SMALL_RUN, "example/transformer", "distributed/fsdp", "example/fsdp")
 
 
 def test_fsdp_preset_parses(run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str]) -> None:
-    # Parsing checks every key against FSDPStrategy's signature; instantiating needs a GPU (test_configs.py).
+    # Parsing checks every key against FSDPStrategy's signature; instantiating needs a GPU (tests/test_configs.py).
     with pytest.raises(SystemExit) as exit_info:
         run_cli("fit", "--print_config", presets=STACK)
     assert exit_info.value.code == 0

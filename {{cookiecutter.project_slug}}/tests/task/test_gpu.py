@@ -1,8 +1,7 @@
-"""On a CUDA GPU (``make test-gpu``): loss scaling with clipping, compile, peak memory, cuDNN autotuning, throughput.
-
-Each is marked ``gpu``: skipped without a GPU, run together by ``make test-gpu`` (``scripts/test_gpu.py``). The
-throughput test measures and prints its row (tokens/s and model FLOPs utilisation); like every test, it asserts
-behaviour, not speed.
+"""On a CUDA GPU (``make test-gpu``): the example's throughput row. Marked ``gpu``: skipped without a GPU, run
+together by ``make test-gpu`` (``scripts/test_gpu.py``). It measures and prints its row (tokens/s and model FLOPs
+utilisation); like every test, it asserts behaviour, not speed. What runkit does on a GPU (compiled, fused steps,
+peak memory) is its own suite's (its ``make test-gpu``).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,69 +18,8 @@ import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import get_available_flops, measure_flops
 from runkit.testing import probes
-from support import ROOT, SMALL_RUN
+from support import ROOT
 from torch import nn
-
-RECORDER = "--trainer.callbacks+=runkit.testing.probes.GradientRecorder"
-
-ON_GPU = ("--trainer.accelerator=gpu", "--trainer.devices=1")
-SMALL_TRANSFORMER = ("--model.network.init_args.depth=1", "--model.network.init_args.dim=32")
-
-
-@pytest.mark.gpu
-def test_fp16_scales_the_loss_and_clips_the_unscaled_gradients(run_cli: Callable[..., object]) -> None:
-    threshold = 0.05  # below this model's gradient norms: every step is clipped
-    built = run_cli(
-        "fit", *ON_GPU, f"--trainer.gradient_clip_val={threshold}", RECORDER,
-        presets=(*SMALL_RUN, "precision/fp16", "training/clip_norm"),
-    )  # fmt: skip
-    scaler = built.trainer.precision_plugin.scaler
-    assert isinstance(scaler, torch.amp.GradScaler)
-    assert scaler.get_scale() > 1.0
-    recorded = probes.find(built.trainer, probes.GradientRecorder)
-    assert recorded.after  # steps the scaler did not skip (an overflow skips one and lowers the scale)
-    assert max(recorded.after) <= threshold * (1 + 1e-3)
-    assert min(recorded.before) > threshold
-    logged = probes.read_scalars(built.trainer.log_dir)["train/grad_norm"]
-    # The logged norm is the unscaled one, before clipping: what the optimizer would have seen unclipped.
-    assert [value for _, value in logged] == pytest.approx(recorded.before, rel=1e-3)
-    assert max(recorded.before) < scaler.get_scale()
-
-
-@pytest.mark.gpu
-def test_compiled_fit_on_cuda_steps_fused_and_compiles_once(run_cli: Callable[..., object]) -> None:
-    before = probes.graphs_compiled()
-    built = run_cli(
-        "fit", *ON_GPU, *SMALL_TRANSFORMER, "--trainer.callbacks+=runkit.testing.probes.GraphCounter",
-        presets=(*SMALL_RUN, "example/transformer", "example/compile", "precision/bf16"),
-    )  # fmt: skip
-    (optimizer,) = built.trainer.optimizers
-    assert optimizer.defaults["fused"] is True
-    after_step = probes.find(built.trainer, probes.GraphCounter).after_step
-    assert after_step[0] - before == 2  # training, and evaluation in the sanity check
-    assert after_step == [after_step[0]] * len(after_step)  # no recompilation across steps and epochs
-    state = torch.load(Path(built.trainer.log_dir, "checkpoints/last.ckpt"), weights_only=True)["state_dict"]
-    assert not [key for key in state if "_orig_mod" in key]
-
-
-@pytest.mark.gpu
-def test_peak_memory_is_logged_every_epoch(run_cli: Callable[..., object]) -> None:
-    built = run_cli("fit", *ON_GPU)
-    peaks = [value for _, value in probes.read_scalars(built.trainer.log_dir)["perf/peak_memory_gib"]]
-    assert len(peaks) == built.trainer.max_epochs
-    total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    assert all(0 < peak < total for peak in peaks)
-
-
-@pytest.mark.gpu
-def test_benchmark_preset_autotunes_cudnn(run_cli: Callable[..., object]) -> None:
-    enabled = torch.backends.cudnn.benchmark
-    try:
-        built = run_cli("fit", *ON_GPU, presets=(*SMALL_RUN, "training/benchmark"))
-        assert built.trainer.global_step > 0
-        assert torch.backends.cudnn.benchmark is True
-    finally:
-        torch.backends.cudnn.benchmark = enabled
 
 
 def steps_per_second(network: nn.Module, images: torch.Tensor, labels: torch.Tensor, fused: bool) -> list[float]:

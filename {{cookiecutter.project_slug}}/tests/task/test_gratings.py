@@ -7,7 +7,6 @@ from types import ModuleType
 
 import pytest
 import torch
-from support import runkit_module
 from torch.utils.data import DataLoader, RandomSampler
 
 
@@ -69,36 +68,6 @@ def test_train_loader_is_a_plain_shuffled_loader_with_static_shapes(gratings: Mo
     second = [labels.clone() for _, labels in loader]
     assert {len(labels) for labels in first} == {32}
     assert not all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
-
-
-@pytest.mark.slow  # worker processes
-def test_the_kit_resumes_the_example_loader_mid_epoch_whatever_the_workers(gratings: ModuleType) -> None:
-    """The data side of exact resume on the example: what ``ExactResume`` does in a fit, by hand.
-
-    The training side (RNG states, optimizer, schedule) is the same kit code the fixture task's SIGKILL and
-    SIGTERM tests (tests/kit/test_resume.py) and the image-folder example's (test_image_folder.py) cover.
-    """
-    resumable_data = runkit_module("safety.resumable_data")
-
-    def loader(workers: int, seed: int = 42) -> object:
-        datamodule = make(gratings, num_workers=workers)
-        converted, kept = resumable_data.make_resumable(datamodule.train_dataloader(), seed)
-        assert kept == []
-        converted.sampler.set_epoch(1)
-        return converted
-
-    straight = [images for images, _ in loader(workers=0)]
-    killed = loader(workers=2)
-    batches = iter(killed)
-    for _ in range(3):
-        next(batches)
-    state = killed.state_dict()
-    resumed = loader(workers=0, seed=7)
-    resumed.load_state_dict(state)
-    continued = [images for images, _ in resumed]
-    assert state["batches"] == 3
-    assert len(continued) == len(straight) - 3
-    assert all(torch.equal(a, b) for a, b in zip(continued, straight[3:], strict=True))
 
 
 def test_workers_follow_the_cpu_share(gratings: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:

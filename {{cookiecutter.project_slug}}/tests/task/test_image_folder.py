@@ -1,4 +1,4 @@
-"""The image-folder example: class folders of PNG and JPEG files, bad folders named, and exact resume with 2 workers.
+"""The image-folder example: class folders of PNG and JPEG files, bad folders named, and its preset trained.
 
 A small folder is written per module: 3 classes x 20 images of 16 x 16 pixels, every other one a JPEG. With
 ``val_fraction`` 0.2 and batches of 8: 48 training images, 6 batches per epoch, 2 epochs, 12 optimizer steps.
@@ -6,26 +6,23 @@ A small folder is written per module: 3 classes x 20 images of 16 x 16 pixels, e
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
-from runkit.testing.faults import fault
-from runkit.testing.support import assert_identical, last_checkpoint, launch, run_dir_flags
-from support import CONFIGS, PACKAGE, submodule
+from runkit.testing.support import last_checkpoint, refused, run_dir_flags
+from support import CONFIGS, submodule
 
 SETUP = [
-    f"--config={CONFIGS / 'data/image_folder.yaml'}",
+    f"--config={CONFIGS / 'example/image_folder.yaml'}",
     "--data.init_args.image_size=16",
     "--data.init_args.batch_size=8",
     "--trainer.max_epochs=2",
     "--trainer.log_every_n_steps=1",
     "--trainer.enable_progress_bar=false",
 ]
-EXACT = ("state_dict", "optimizer_states", "lr_schedulers", "global_step", "epoch")
 
 
 @pytest.fixture(scope="module")
@@ -135,25 +132,9 @@ def test_the_preset_alone_trains_on_the_folder_with_shape_and_classes_linked(
     assert checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 6, "seed": 42}]
 
 
-@pytest.mark.slow  # a training process killed and resumed
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
-def test_resumes_bit_exactly_mid_epoch_with_two_workers(
-    cli: ModuleType, straight: tuple[Any, dict[str, Any]], root: Path, in_tmp: Path, signum: int
+def test_the_preset_left_unfilled_names_the_missing_key(
+    cli: ModuleType, in_tmp: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = in_tmp / "runs" / "image_folder" / "stopped"
-    flags = [f"--data.init_args.root={root}", "--data.init_args.num_workers=2", *run_dir_flags(run)]
-    if signum == signal.SIGKILL:  # killed after step 9; last.ckpt was written at step 8, 2 batches into epoch 1
-        flags += ["--last_checkpoint.every_n_train_steps=4", fault("SignalAtStep", step=9)]
-        expected_code, saved_step = -signal.SIGKILL, 8
-    else:  # preempted before the 3rd batch of epoch 1: that step is completed, saved, then the process exits
-        flags += [fault("SignalAtStep", step=8, signum=signal.SIGTERM, hook="start")]
-        expected_code, saved_step = 143, 9
-    stopped = launch(PACKAGE, "fit", *SETUP, *flags, cwd=in_tmp)
-    assert stopped.returncode == expected_code, stopped.stdout[-3000:]
-    saved = last_checkpoint(run)
-    assert saved["global_step"] == saved_step
-    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]["epoch"] == 1
-    fit(cli, run, root, "--data.init_args.num_workers=2", "--seed_everything=7", "--ckpt_path=last")
-    resumed, expected = last_checkpoint(run), straight[1]
-    for key in EXACT:
-        assert_identical(resumed[key], expected[key], key)
+    error = refused(capsys, lambda: cli.build_cli(SETUP[:1], run=False))
+    assert "required: root" in error
+    assert "ImageFolderDataModule" in error

@@ -9,8 +9,6 @@ from types import ModuleType
 
 import pytest
 import torch
-from runkit.testing.support import launch
-from support import PACKAGE, SMALL_RUN, config_flags
 
 
 def _nan_pixel(images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -60,23 +58,3 @@ def test_wrong_sample_shape_is_named(gratings: ModuleType, in_tmp: Path) -> None
     torch.save({"images": cached["images"][:, :, :27, :27], "labels": cached["labels"]}, path)
     with pytest.raises(ValueError, match=r"val sample 0: shape \(1, 27, 27\), expected \(1, 28, 28\)"):
         module.setup("fit")
-
-
-@pytest.mark.slow
-def test_bad_data_exits_1_with_one_error_line(gratings: ModuleType, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    gratings.GratingsDataModule(train_size=256, val_size=64, test_size=64, data_dir=str(cache)).prepare_data()
-    (path,) = cache.glob("gratings-train-*.pt")
-    cached = torch.load(path, weights_only=True)
-    _nan_pixel(cached["images"], cached["labels"])
-    torch.save(cached, path)
-    done = launch(
-        PACKAGE,
-        "fit",
-        *config_flags(*SMALL_RUN),
-        f"--data.init_args.data_dir={cache}",
-        cwd=tmp_path,
-    )
-    assert done.returncode == 1
-    assert done.stdout.rstrip().splitlines()[-1] == "error: train sample 17: contains NaN or Inf values"
-    assert not list((tmp_path / "runs").rglob("*.ckpt"))

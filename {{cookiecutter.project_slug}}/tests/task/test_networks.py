@@ -57,3 +57,32 @@ def test_activation_checkpointing_gives_identical_gradients(networks: ModuleType
         grads.append([p.grad.clone() for p in net.parameters()])
     for plain, recomputed in zip(*grads, strict=True):
         torch.testing.assert_close(recomputed, plain, rtol=0, atol=0)
+
+
+def accumulated_and_whole_gradients(net: torch.nn.Module, micro_batches: int = 4) -> tuple[list, list]:
+    """Gradients of the mean loss over 32 samples: summed over micro-batches of 8 (as accumulation does), and whole."""
+    images, labels = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    grads = []
+    for chunks in (micro_batches, 1):
+        net.zero_grad()
+        for x, y in zip(images.chunk(chunks), labels.chunk(chunks), strict=True):
+            (torch.nn.functional.cross_entropy(net(x), y) / chunks).backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+    return grads[0], grads[1]
+
+
+@pytest.mark.parametrize(("name", "extra"), [("TransformerClassifier", {}), ("ConvNet", {"norm": "group"})])
+def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch(
+    networks: ModuleType, name: str, extra: dict
+) -> None:
+    # What configs/training/accumulate.yaml relies on: exact for networks without batch statistics.
+    torch.manual_seed(0)
+    accumulated, whole = accumulated_and_whole_gradients(getattr(networks, name)(dropout=0.0, **extra))
+    for micro, large in zip(accumulated, whole, strict=True):
+        torch.testing.assert_close(micro, large, rtol=1e-4, atol=1e-6)
+
+
+def test_batchnorm_breaks_the_equivalence(networks: ModuleType) -> None:
+    torch.manual_seed(0)
+    accumulated, whole = accumulated_and_whole_gradients(networks.ConvNet(dropout=0.0))  # norm: batch
+    assert max(float((a - b).abs().max()) for a, b in zip(accumulated, whole, strict=True)) > 1e-3

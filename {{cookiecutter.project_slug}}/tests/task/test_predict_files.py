@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 import torch
+from example import SMALL_RUN
 from runkit.testing.support import run_dir_flags
-from support import SMALL_RUN
 
 SHAPE = (1, 28, 28)  # (C, H, W) of default.yaml's data
 RUN = Path("runs/debug/predicted")

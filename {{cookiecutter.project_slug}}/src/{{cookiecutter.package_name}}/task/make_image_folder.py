@@ -1,7 +1,7 @@
-"""Writes a folder of real image files to try `configs/data/image_folder.yaml` on: the gratings as PNG and JPEG.
+"""Writes a folder of real image files to try `configs/example/image_folder.yaml` on: the gratings as PNG and JPEG.
 
-    python scripts/make_image_folder.py data/gratings            # 10 orientations, 500 colour images each
-    <package> fit -c configs/data/image_folder.yaml --data.init_args.root data/gratings --data.init_args.flip false
+    python -m <package>.task.make_image_folder data/gratings     # 10 orientations, 500 colour images each
+    <package> fit -c configs/example/image_folder.yaml --data.init_args.root data/gratings --data.init_args.flip false
 
 One folder per orientation (``orientation_00`` ...), every other file a JPEG. The pixel noise is in the files,
 as in any real data set. A mirror image is another orientation: train without flips.
@@ -9,7 +9,6 @@ as in any real data set. A mirror image is another orientation: train without fl
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,7 @@ import torch
 from jsonargparse import CLI
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
-(PACKAGE,) = [path.name for path in (ROOT / "src").iterdir() if (path / "__init__.py").is_file()]
+from .gratings import render_gratings
 
 
 def main(
@@ -34,7 +32,6 @@ def main(
         noise: Standard deviation of the Gaussian pixel noise; the grating's amplitude is <= 1.
         seed: Seed of the images and their noise.
     """
-    render_gratings = importlib.import_module(f"{PACKAGE}.task.gratings").render_gratings
     images, labels = render_gratings(per_class * num_classes, num_classes, image_size, 3, seed)  # (N, 3, H, W)
     noisy = images.float() + noise * torch.randn(images.shape, generator=torch.Generator().manual_seed(seed + 1))
     pixels = (128 + 50 * noisy).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()  # (N, H, W, 3)
