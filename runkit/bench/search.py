@@ -3,7 +3,7 @@
     python bench/search.py                  # 12 trials a search, 2 workers (25 min on 2 quiet CPU cores)
     python bench/search.py --tiny true      # every step end to end on tiny data (a few minutes): no numbers
 
-Runs ``configs/search/default.yaml`` (LR, weight decay, dropout, width; 3 epochs a trial) as a user would, each
+Runs ``configs/example/search.yaml`` (LR, weight decay, dropout, width; 3 epochs a trial) as a user would, each
 command in its own process: first with TPE and no pruning (2 workers); then the same configurations again, queued
 in that order, with the preset's median pruning (2 workers), and without pruning on 1 worker, so every side pays
 for the same trials. Then ``fit`` of the default config with the trials' settings (3 epochs) and, at the
@@ -49,7 +49,7 @@ def main(trials: int = 12, workers: int = 2, single_trials: int = 12, full_epoch
     start, loads = time.perf_counter(), []
     with tempfile.TemporaryDirectory(prefix="bench-search-") as workdir:
         cwd = Path(workdir)
-        space = [f"--config={CONFIGS / 'search' / 'default.yaml'}", *extra]
+        space = [f"--config={CONFIGS / 'example' / 'search.yaml'}", *extra]
         unpruned = search(cwd, "unpruned", trials, *space, f"--workers={workers}", NO_PRUNING)
         loads.append(os.getloadavg()[1])
         chosen = [trial.params for trial in unpruned["study"].get_trials()]  # TPE's choices, in order

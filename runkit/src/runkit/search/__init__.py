@@ -1,6 +1,6 @@
 """Hyperparameter search: ``<package> search`` runs many ``fit`` trials of one config, with values chosen by Optuna.
 
-    <package> search -c configs/search/default.yaml --trials 20 --workers 2
+    <package> search -c configs/example/search.yaml --trials 20 --workers 2
 
 Files: ``command.py`` (the command and its settings), ``space.py`` (the space and its checks), ``worker.py`` (the
 loop that runs trials), ``trial.py`` (one trial as a ``fit``), ``monitor.py`` (reporting and pruning inside a

@@ -3,7 +3,7 @@
 The command line is ``fit``'s (the default config first, then ``-c`` files and flags) plus the keys of
 ``SearchSettings``, so one YAML file can hold both what every trial changes (e.g. fewer epochs) and the space::
 
-    <package> search -c configs/search/default.yaml --trials 20 --workers 2
+    <package> search -c configs/example/search.yaml --trials 20 --workers 2
 
 The search directory is ``<trainer.default_root_dir>/<run.experiment>/<run.name or "search">/``: the study's
 journal, ``base.yaml`` (the ``fit`` config every trial starts from), a ``trial-<n>/`` run per trial and
