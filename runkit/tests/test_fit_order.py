@@ -1,5 +1,5 @@
 """runkit/README.md's "What `fit` does, in order" is the order the code runs: a fit is traced, and the functions the
-page names (`like_this()`) are first called in the page's order."""
+page names (`like_this()`) are first called in the page's order; and one module writes ``provenance.yaml``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,26 @@ def steps_named(readme: str) -> list[str]:
     section = readme.split("## What `fit` does, in order", 1)[1].split("\n## ", 1)[0]
     steps = section[section.index("\n1. ") :]
     return list(dict.fromkeys(re.findall(r"`(\w+)\(\)`", steps)))
+
+
+WRITES: list[str] = []  # the kit's file that opened or renamed onto a provenance.yaml, per write, while WATCHING
+WATCHING: list[bool] = []
+
+
+def provenance_writers(event: str, args: tuple[Any, ...]) -> None:
+    """An audit hook (``sys.addaudithook``; it cannot be removed, so it acts only while ``WATCHING``)."""
+    if not WATCHING or event not in ("open", "os.rename", "os.replace"):
+        return
+    target, mode = (str(args[0]), str(args[1])) if event == "open" else (str(args[1]), "w")
+    if "provenance.yaml" not in target or not any(flag in mode for flag in "wax+"):
+        return
+    frame = sys._getframe(1)
+    while frame is not None and not frame.f_code.co_filename.startswith(str(KIT_SOURCE)):
+        frame = frame.f_back
+    WRITES.append(str(Path(frame.f_code.co_filename).relative_to(KIT_SOURCE)) if frame else "outside the kit")
+
+
+sys.addaudithook(provenance_writers)
 
 
 def first_calls(run: Callable[[], Any]) -> list[str]:
@@ -48,8 +68,14 @@ def test_the_page_names_the_steps() -> None:
 
 def test_a_fit_runs_the_steps_in_the_order_the_page_gives(cli: ModuleType, in_tmp: Path) -> None:
     run = Path("runs/fixture/order")
-    called = first_calls(lambda: cli.main(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"]))
+    WATCHING.append(True)
+    try:
+        called = first_calls(lambda: cli.main(["fit", *run_dir_flags(run), "--trainer.max_epochs=1"]))
+    finally:
+        WATCHING.clear()
     assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert len(WRITES) > 2  # the session's start and end, and each checkpoint's record
+    assert set(WRITES) == {"run/provenance.py"}  # the one writer, from the loop and from the background save
     named = steps_named(README.read_text())
     assert [name for name in named if name not in called] == []  # each step ran
     assert sorted(named, key=called.index) == named
