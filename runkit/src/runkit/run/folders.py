@@ -74,7 +74,8 @@ def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | N
     Only a run's ``last`` continues that run in place (``--ckpt_path last``, or its ``last.ckpt`` by path). ``fit``
     from any other checkpoint (a run's best, another run's, a search trial's, a file of no run) starts a new run,
     whose provenance names the parent; the source run is left as it is. With an alias, ``run.name`` names the run
-    it refers to; with a path, the run to write (a new one, unless it is the file's own run).
+    it refers to, but for ``fit --ckpt_path best`` with a name no run has: that names the new run, which starts from
+    the newest run's best; with a path, the run to write (a new one, unless it is the file's own run).
 
     Raises ``ValueError`` for a checkpoint that does not exist and, where this process ``decides`` (global rank
     0; the others start when it may already have created the run), for a named run that ``fit`` would overwrite.
@@ -90,7 +91,18 @@ def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | N
             if fitting and ckpt_path != "last":  # fine-tuning from the best: a new run, its parent the owner
                 return RunPlan(experiment_dir, None, str(path), create=True, parent=owner)
             return RunPlan(experiment_dir, owner, str(path), resumed=fitting)
+        # `fit --ckpt_path best --run.name X`, X not a run: the new run X starts from the newest run's best.
+        new_name = fitting and ckpt_path == "best" and named is not None and not named.exists()
+        if new_name and (source := newest_run(experiment_dir, filename)) is not None:
+            best = str(source / CHECKPOINTS / filename)
+            return RunPlan(experiment_dir, None, best, create=True, parent=source, name=run.name)
         if not (fitting and ckpt_path == "last"):
+            if named is not None and not named.exists():
+                nothing = f", and no run there has a {filename} to start from" if fitting else ""
+                raise ValueError(
+                    f"--ckpt_path {ckpt_path} --run.name {run.name}: {experiment_dir} has no run {run.name}{nothing}"
+                    " (`runs` lists the runs)"
+                )
             where = path or experiment_dir / "<run>" / CHECKPOINTS / filename
             raise ValueError(f"--ckpt_path {ckpt_path}: no {where} (has `fit` run with this config?)")
         # Nothing to resume yet: the same command starts the run (a named one may exist without a checkpoint).
