@@ -27,7 +27,7 @@ from support import CONFIGS, PACKAGE
 from torch.utils.data import DataLoader, Dataset
 
 from runkit.safety.digests import KEY
-from runkit.safety.elastic import DataLayout, not_elastic, resume_line
+from runkit.safety.elastic import DataLayout, kept_batch_line, not_elastic, resume_line
 from runkit.safety.resumable_data import make_resumable
 from runkit.testing.faults import fault
 from runkit.testing.support import assert_identical, last_checkpoint, launch, refused, run_dir_flags
@@ -303,3 +303,41 @@ def test_two_processes_resume_bit_exactly_with_another_worker_count(tmp_path: Pa
     assert "Resumed on" not in out
     for key in ("state_dict", "optimizer_states", "lr_schedulers", "global_step"):
         assert_identical(last_checkpoint(run)[key], last_checkpoint(two_to_one["straight"])[key], key)
+
+
+def test_a_resume_asking_for_another_batch_says_it_keeps_the_runs_one() -> None:
+    on_two = DataLayout((16,), processes=2, per_sample=True)
+    assert resume_line(DataLayout((16,), 1, True), on_two, [], 0, asked=[16]).endswith(
+        "; the train loader's batch_size 16 is not used: a run keeps its global batch (the saved position and the"
+        " schedule count its batches); to train with another, start a run without --ckpt_path"
+    )
+    assert "not used" not in resume_line(DataLayout((16,), 1, True), on_two, [], 0, asked=[8])
+    assert kept_batch_line(DataLayout((16,), 1, True), [16]) is None
+    assert kept_batch_line(DataLayout((16,), 1, True), [7]) == (
+        "Resumed on 1 process(es) with the run's global batch 16 (16 per process); the train loader's batch_size 7 is"
+        " not used: a run keeps its global batch (the saved position and the schedule count its batches); to train"
+        " with another, start a run without --ckpt_path"
+    )
+
+
+@pytest.mark.faults  # ~60 s on 2 loaded cores: three runs of one process (make test has the line's unit test above)
+def test_a_resume_with_another_batch_size_keeps_the_runs_global_batch_and_says_so(tmp_path: Path) -> None:
+    # `--data.init_args.batch_size 7` on a resume on the same process count trained on with 7 instead of 16, without a
+    # word: the saved position (batches of 16) then skipped 7-sample batches, and the run was no longer exact.
+    term = fault("SignalFromOutside", phase="train", signum=int(signal.SIGTERM), target="group", step=5)
+    run = tmp_path / "runs" / "elastic" / "resumed"
+    stopped, out = fit(tmp_path, run, 1, 1, PER_PROCESS[1], WORKERS[2], term)
+    assert stopped == 128 + signal.SIGTERM, out[-4000:]
+    finished, out = fit(tmp_path, run, 1, 2, "--data.init_args.batch_size=7", WORKERS[2], "--ckpt_path=last")
+    assert finished == 0, out[-4000:]
+    lines = [line for line in out.splitlines() if "is not used: a run keeps its global batch" in line]
+    assert len(lines) == 1, out[-4000:]
+    assert (
+        "Resumed on 1 process(es) with the run's global batch 16 (16 per process); the train loader's batch_size 7"
+        in lines[0]
+    )
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    uninterrupted = straight(reference, 1)
+    assert_same_samples(tmp_path, reference)
+    assert max_weight_difference(run, uninterrupted) == 0.0

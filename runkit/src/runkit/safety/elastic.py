@@ -7,10 +7,12 @@ which makes the ``k``-th batch of every process a share of the same ``B`` positi
 each and 1 process with 16 train on the same samples at every step, and a checkpoint's position (batches trained in
 the epoch) means the same whatever the number of processes.
 
-A run records ``B`` per train loader in its checkpoints (``DataLayout``) and keeps it when ``W`` changes: the loader a
-resumed run's ``train_dataloader`` returns is rebuilt with ``B / M`` samples per process, whatever batch size it asks
-for. A global batch that ``M`` processes cannot share equally is refused before anything is written (accumulating
-gradients instead would change what each optimizer step averages over when batches are uneven, and the schedule).
+A run records ``B`` per train loader in its checkpoints (``DataLayout``) and keeps it on every fit from its checkpoints:
+the loader a resumed run's ``train_dataloader`` returns is rebuilt with ``B / M`` samples per process, whatever batch
+size it asks for (``--data.init_args.batch_size 7`` on a resume is not used, on any process count, and one line says so:
+the saved position and the schedule count batches of ``B``). A global batch that ``M`` processes cannot share equally
+is refused before anything is written (accumulating gradients instead would change what each optimizer step averages
+over when batches are uneven, and the schedule).
 The augmentation RNGs are seeded per sample from ``(seed, epoch, index)`` (``SeededDataset``): a sample gets the same
 augmentation on any process. What cannot follow (a rank's own RNG in the training step, a loader the kit could not
 rebuild, a dataset with a generator of its own) is named in one line at a resume on another number of processes, and
@@ -23,6 +25,7 @@ every process count used; otherwise that step pads with repeated samples, as ``D
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,18 +118,48 @@ def dropout_layers(model: pl.LightningModule) -> int:
     return sum(1 for module in model.modules() if isinstance(module, DROPOUT) and module.p > 0)
 
 
-def resume_line(saved: DataLayout, layout: DataLayout, reasons: list[str], dropout: int) -> str:
-    """The one line a resume on another number of processes prints: what stays the same, and what does not."""
-    batches = ", ".join(
-        f"{batch} ({batch // layout.processes} per process)" for batch in layout.global_batches if batch is not None
-    )
-    line = f"Resumed on {layout.processes} process(es) from {saved.processes}: global batch {batches}"
+def resume_line(
+    saved: DataLayout, layout: DataLayout, reasons: list[str], dropout: int, asked: Sequence[int | None] = ()
+) -> str:
+    """The one line a resume on another number of processes prints: what stays the same, and what does not (and the
+    batch sizes the train loaders ``asked`` for that it did not use: ``not_used``)."""
+    line = f"Resumed on {layout.processes} process(es) from {saved.processes}: global batch {_batches(layout)}"
     if reasons:
-        return f"{line}; not elastic: {'; '.join(reasons)}: the data from here differs from an uninterrupted run's"
-    line += ", the same samples at every step as an uninterrupted run"
-    if dropout:
+        line += f"; not elastic: {'; '.join(reasons)}: the data from here differs from an uninterrupted run's"
+    else:
+        line += ", the same samples at every step as an uninterrupted run"
+    if dropout and not reasons:
         line += (
             f"; the model's {dropout} dropout layer(s) draw from each process's own RNG, so their masks (not the data)"
             " differ from an uninterrupted run's"
         )
-    return line
+    return f"{line}; {unused}" if (unused := not_used(asked, layout)) else line
+
+
+def kept_batch_line(layout: DataLayout, asked: Sequence[int | None]) -> str | None:
+    """The one line a resume on the same number of processes prints where a train loader asked for another batch size
+    than the run's (``--data.init_args.batch_size 7``): which batch it trains with, and why; ``None`` where none did."""
+    if not (unused := not_used(asked, layout)):
+        return None
+    return f"Resumed on {layout.processes} process(es) with the run's global batch {_batches(layout)}; {unused}"
+
+
+def not_used(asked: Sequence[int | None], layout: DataLayout) -> str:
+    """What a resume says of the per-process batch sizes the train loaders ``asked`` for, other than the ones that keep
+    the run's global batch on ``layout.processes`` (``""``: none)."""
+    kept = layout.per_process(layout.processes)
+    other = [
+        str(wanted) for wanted, size in zip(asked, kept, strict=False) if None not in (wanted, size) and wanted != size
+    ]
+    if not other:
+        return ""
+    return (
+        f"the train loader's batch_size {', '.join(other)} is not used: a run keeps its global batch (the saved"
+        " position and the schedule count its batches); to train with another, start a run without --ckpt_path"
+    )
+
+
+def _batches(layout: DataLayout) -> str:
+    return ", ".join(
+        f"{batch} ({batch // layout.processes} per process)" for batch in layout.global_batches if batch is not None
+    )

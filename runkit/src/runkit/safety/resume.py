@@ -26,7 +26,16 @@ from ..lightning_internals import (
     unread_loader_states,
     uses_distributed_sampler,
 )
-from .elastic import STATE_KEY, DataLayout, check_processes, dropout_layers, not_elastic, resume_line, saved_layout
+from .elastic import (
+    STATE_KEY,
+    DataLayout,
+    check_processes,
+    dropout_layers,
+    kept_batch_line,
+    not_elastic,
+    resume_line,
+    saved_layout,
+)
 from .resumable_data import ResumableLoader, is_stateful, make_resumable, mid_epoch_resume
 from .rng_state import collect_rng_state, restore_rng_state
 from .seeding import key_seed, own_generators, seed_global_rngs
@@ -116,9 +125,11 @@ class ExactResume(Callback):
         if saved is not None:
             check_processes(saved, processes, str(trainer.ckpt_path))  # the command refused it already, if it ran
         per_sample = saved is None or saved.per_sample
-        sizes = saved.per_process(processes) if saved is not None and saved.processes != processes else None
+        # The run's global batch, on any process count (a batch size asked otherwise is not used: `elastic.py`).
+        sizes = saved.per_process(processes) if saved is not None and saved.per_sample else None
+        asked = [getattr(loader, "batch_size", None) for loader in CombinedLoader(loaders).flattened]
         loaders, kept = make_resumable(loaders, seed, **sharding, batch_sizes=sizes, per_sample=per_sample)
-        self._lay_out(trainer, loaders, kept, per_sample, sharded_by_user=bool(processes > 1 and not sharding))
+        self._lay_out(trainer, loaders, kept, per_sample, bool(processes > 1 and not sharding), asked)
         loaders = start_safely(loaders, processes)
         unsaved = keep_worker_rngs(loaders)
         if (kept or unsaved) and not self._warned:
@@ -127,7 +138,13 @@ class ExactResume(Callback):
         return loaders
 
     def _lay_out(
-        self, trainer: pl.Trainer, loaders: Any, kept: list[str], per_sample: bool, sharded_by_user: bool
+        self,
+        trainer: pl.Trainer,
+        loaders: Any,
+        kept: list[str],
+        per_sample: bool,
+        sharded_by_user: bool,
+        asked: list[int | None],
     ) -> None:
         """Records this session's data layout and what it means for a resume on another number of processes."""
         flattened, processes = CombinedLoader(loaders).flattened, trainer.world_size
@@ -148,9 +165,11 @@ class ExactResume(Callback):
         }
         saved = self.saved
         if saved is not None and saved.processes != processes:
-            line = resume_line(saved, self.layout, reasons, dropout_layers(trainer.lightning_module))
+            line = resume_line(saved, self.layout, reasons, dropout_layers(trainer.lightning_module), asked)
             self.facts["resumed_from_processes"] = saved.processes
             (rank_zero_warn if reasons else rank_zero_info)(line)
+        elif saved is not None and (line := kept_batch_line(self.layout, asked)):
+            rank_zero_info(line)
 
     @staticmethod
     def _warn(kept: list[str], unsaved: list[str] | None = None) -> None:
