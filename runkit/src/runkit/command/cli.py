@@ -37,6 +37,7 @@ from ..run.folders import RunDirectory
 from ..run.session import RunSession
 from ..safety.checkpoints import BestCheckpoint, LastCheckpoint
 from ..safety.lost_process import exit_if_lost
+from ..safety.lost_store import exit_if_store_lost, threads_quiet_when_store_lost
 from ..safety.signals import STOP
 from ..subcommands import SUBCOMMANDS, CommandLine
 from ..trackers.placement import for_session
@@ -185,7 +186,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             arguments["command"] = CommandLine(self.subcommand_parser(subcommand), self.config[subcommand])
         setup = next(c for c in self.trainer.callbacks if isinstance(c, SetupPhase))  # type: ignore[attr-defined]
         files = RunFiles(self.trainer.log_dir or ".") if self.trainer.is_global_zero else None
-        with STOP.installed(), self.session.watching():
+        with STOP.installed(), self.session.watching(), threads_quiet_when_store_lost():
             if said := STOP.said_ignored():  # the shell's convention wins: nohup's SIGHUP, a background job's SIGINT
                 rank_zero_info(said)
             try:
@@ -197,6 +198,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
                             files.restore()
                         discard_new_run(self)
                     self._refuse(error)
+                exit_if_store_lost(self.session.directory, error, str(self.subcommand), self.session.release)
                 self.session.end(error)
                 self.session.exit_if_folder_gone(str(self.subcommand))
                 exit_if_lost(self.trainer, error, str(self.subcommand))
