@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
@@ -251,3 +252,17 @@ def test_a_url_is_a_store_path_and_a_local_one_a_path(tmp_path: Path) -> None:
     assert (run / "config.yaml").relative_to(run) == Path("config.yaml")
     assert not hasattr(run, "__fspath__")  # handed to open() or os, it fails instead of writing locally
     assert location(run) is run
+
+
+def test_a_fit_in_memory_says_at_its_start_that_the_run_ends_with_the_process(
+    in_tmp: Path, bucket: str, run_process: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    # `fit --trainer.default_root_dir memory://...` exited 0, and the run was gone with the process, without a word.
+    done = run_process("fit", f"--trainer.default_root_dir={bucket}", "--run.name=r", "--trainer.max_epochs=1")
+    assert done.returncode == 0, done.stdout[-3000:]
+    first = next(line for line in done.stdout.splitlines() if line.startswith("Run "))
+    assert first == (
+        f"Run {bucket}/fixture/r: new, seed 42; memory:// is this process's own store: the run is gone when the"
+        " process ends"
+    )
+    assert local_folders_named_after(bucket, in_tmp) == []

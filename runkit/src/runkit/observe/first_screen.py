@@ -59,8 +59,12 @@ def quiet_lightning() -> None:
 
 
 def run_line(directory: RunPath, how: str, seed: object) -> str:
-    """The first line of a ``fit``: its run folder, how it starts (new, resumed from ...), and the seed."""
-    return f"Run {directory}: {how}{f', seed {seed}' if seed is not None else ''}"
+    """The first line of a ``fit``: its run folder, how it starts (new, resumed from ...), and the seed; for a run in
+    ``memory://`` (this process's own store: tests), that it is gone when the process ends."""
+    line = f"Run {directory}: {how}{f', seed {seed}' if seed is not None else ''}"
+    if str(directory).startswith("memory://"):
+        line += "; memory:// is this process's own store: the run is gone when the process ends"
+    return line
 
 
 def closing_block(program: str, directory: RunPath, trainer: pl.Trainer, session: dict[str, Any]) -> str:
