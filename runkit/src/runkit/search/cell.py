@@ -38,6 +38,10 @@ class SweepPlan(Plan):
     axes: tuple[Axis, ...] = ()
     args: tuple[str, ...] = ()  # the sweep's command line, from which each cell's config is parsed
 
+    @property
+    def kind(self) -> str:
+        return "sweep"
+
     def run_trial(self, study: optuna.Study, storage: optuna.storages.BaseStorage, trial: optuna.Trial) -> None:
         run_cell(self, study, storage, trial)
 

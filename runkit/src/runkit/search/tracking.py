@@ -29,7 +29,7 @@ STUDY_TAG = "kit.search.study"
 class StudyRun:
     """The study's parent run in MLflow."""
 
-    def __init__(self, tracking_uri: str, experiment: str, study_name: str) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, study_name: str, kind: str = "search") -> None:
         from mlflow import MlflowClient
 
         self.client, self.uri = MlflowClient(tracking_uri), tracking_uri
@@ -41,7 +41,7 @@ class StudyRun:
             self.run_id = runs[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
         else:
-            tags = {STUDY_TAG: study_name, "mlflow.runName": f"search {study_name}"}
+            tags = {STUDY_TAG: study_name, "mlflow.runName": f"{kind} {study_name}"}
             self.run_id = self.client.create_run(experiment_id, tags=tags).info.run_id
 
     def show_best(self, study: optuna.Study, plan: Plan, finished: bool) -> None:
@@ -75,7 +75,7 @@ def study_run(config: Namespace, plan: Plan) -> StudyRun | None:
             if experiment in (None, "lightning_logs"):  # the kit's MLflow experiment: run.experiment
                 experiment = config.run.experiment
             try:
-                run = StudyRun(entry.init_args.tracking_uri, experiment, plan.study_name)
+                run = StudyRun(entry.init_args.tracking_uri, experiment, plan.study_name, plan.kind)
             except Exception as error:
                 raise ValueError(
                     f"MLflow at {masked(entry.init_args.tracking_uri)}: {masked(str(error))[:200]}"

@@ -74,6 +74,11 @@ class Plan:
         )
         return study, storage
 
+    @property
+    def kind(self) -> str:
+        """What runs the study's trials, as its MLflow run's name says: ``search`` (or ``sweep``)."""
+        return "search"
+
     def run_trial(self, study: optuna.Study, storage: optuna.storages.BaseStorage, trial: optuna.Trial) -> None:
         """Runs one trial and tells the study how it went (a sweep's plan runs a cell instead)."""
         _run(self, study, storage, trial)
