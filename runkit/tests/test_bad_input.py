@@ -21,6 +21,7 @@ from support import PACKAGE, submodule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import runkit
 from runkit.testing.faults import fault
 from runkit.testing.support import launch, refused, run_dir_flags
 
@@ -438,3 +439,59 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(in_tmp: Path) -> None:
     assert errors[0].endswith("aliases may add 1,000,000 (an alias bomb?): refused before expanding them")
     assert "Traceback" not in done.stdout
     assert not Path("runs").exists()
+
+
+class CachedSequences(pl.LightningDataModule):
+    """A team's data module with a cache folder, as lightning-hydra-template's (``data_dir``): ``prepare_data`` writes
+    the data there with the kit's ``atomic_save``, as the template's gratings task does."""
+
+    input_shape = (16,)
+
+    def __init__(self, data_dir: str = "data/", batch_size: int = 8) -> None:
+        super().__init__()
+        self.data_dir, self.batch_size = data_dir, batch_size
+
+    def prepare_data(self) -> None:
+        generator = torch.Generator().manual_seed(0)
+        data = {"x": torch.randn(48, 16, generator=generator), "y": torch.randn(48, 1, generator=generator)}
+        runkit.atomic_save(data, Path(self.data_dir) / "sequences.pt")
+
+    def _loader(self, part: slice) -> DataLoader:
+        data = torch.load(Path(self.data_dir) / "sequences.pt", weights_only=True)
+        return DataLoader(TensorDataset(data["x"][part], data["y"][part]), batch_size=self.batch_size)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(slice(0, 32))
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(slice(32, 48))
+
+
+@pytest.mark.parametrize("data_dir", ["a_file", "a_file/cache"])
+def test_a_data_folder_that_is_a_file_is_named_by_its_key_before_the_run_folder_is_made(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, data_dir: str
+) -> None:
+    # It said `cannot write checkpoint a_file/sequences.pt` after the run folder was made, and left it, failed.
+    Path("a_file").write_text("not a folder")
+    flags = ["--data=test_bad_input.CachedSequences", f"--data.init_args.data_dir={data_dir}", "--trainer.max_epochs=1"]
+    line = refused_cli(run_cli, capsys, "fit", *flags)
+    expected = "a_file is a file, not a folder" if data_dir == "a_file" else "cannot create a_file/cache: a_file is a"
+    assert line.startswith(f"error: data.init_args.data_dir: {expected}"), line
+    assert files_in(in_tmp) == ["a_file"]
+
+
+def test_a_read_only_data_folder_is_named_by_its_key_and_leaves_no_run(in_tmp: Path) -> None:
+    # A folder that exists is the module's to judge (data downloaded before may be read-only): its first write fails.
+    folder = in_tmp / "mounted"
+    folder.mkdir()
+    mount = ("unshare", "--mount", "sh", "-c", 'mount -t tmpfs -o ro tmpfs "$0" && exec "$@"', str(folder))
+    if shutil.which("unshare") is None or subprocess.run([*mount, "true"], check=False).returncode != 0:
+        pytest.skip("no read-only mount here: unshare --mount needs root (CAP_SYS_ADMIN)")
+    flags = ["--data=test_bad_input.CachedSequences", f"--data.init_args.data_dir={folder}", "--trainer.max_epochs=1"]
+    process = launch(PACKAGE, "fit", *flags, cwd=in_tmp, wrapper=mount)
+    assert process.returncode == 2, process.stdout[-3000:]
+    last = process.stdout.strip().splitlines()[-1]
+    assert last.startswith("error: data.init_args.data_dir: CachedSequences.prepare_data (test_bad_input.py:"), last
+    assert f"cannot write {folder}/sequences.pt" in last, last
+    assert "Traceback" not in process.stdout
+    assert files_in(in_tmp) == ["mounted", "out.log"]  # no run folder

@@ -21,6 +21,7 @@ problems, not input: they keep their traceback. ``JSONARGPARSE_DEBUG=1`` shows a
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -121,11 +122,34 @@ def describe(error: BaseException, keys: dict[type, str] | None = None) -> str:
     owner = _owner_frame(error.__traceback__, keys or {})
     if owner is None:
         return message
-    key, cls, function, place = owner
+    key, instance, function, place = owner
+    cls = type(instance)
     if key == "trainer":
         return f"{key}: {message}"
+    if key == "data" and isinstance(error, OSError) and (folder := folder_argument(instance, message)):
+        # The data's own files (a cache written with the kit's atomic_save): not a checkpoint, whatever it says.
+        key, message = f"data.init_args.{folder}", message.replace("cannot write checkpoint ", "cannot write ", 1)
     where = cls.__name__ if function == "__init__" else f"{cls.__name__}.{function}"
     return f"{key}: {where} ({place}): {message}"
+
+
+def folder_arguments(obj: object) -> dict[str, Path]:
+    """The folders ``obj`` was configured with: its constructor's arguments named ``*_dir`` (``data_dir``,
+    ``cache_dir``), as ``obj`` keeps them under the same name, when they are local paths."""
+    found = {}
+    for name in inspect.signature(type(obj).__init__).parameters:
+        value = getattr(obj, name, None) if name.endswith("_dir") else None
+        if isinstance(value, (str, os.PathLike)) and "://" not in str(value):
+            found[name] = Path(value)
+    return found
+
+
+def folder_argument(obj: object, message: str) -> str | None:
+    """The argument of ``folder_arguments`` whose folder ``message`` names a path in, or ``None``."""
+    for name, folder in folder_arguments(obj).items():
+        if str(folder) in message or str(folder.absolute()) in message:
+            return name
+    return None
 
 
 def innermost_cause(error: BaseException) -> BaseException:
@@ -136,8 +160,8 @@ def innermost_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _owner_frame(traceback: TracebackType | None, keys: dict[type, str]) -> tuple[str, type, str, str] | None:
-    """The config key, class, function and ``file:line`` of the outermost frame in a configured object's method."""
+def _owner_frame(traceback: TracebackType | None, keys: dict[type, str]) -> tuple[str, Any, str, str] | None:
+    """The config key, object, function and ``file:line`` of the outermost frame in a configured object's method."""
     frames = []
     while traceback is not None:
         frames.append((traceback.tb_frame, traceback.tb_lineno))
@@ -147,7 +171,7 @@ def _owner_frame(traceback: TracebackType | None, keys: dict[type, str]) -> tupl
         for frame, line in frames:
             owner = frame.f_locals.get("self")
             if isinstance(owner, cls):
-                return key, type(owner), frame.f_code.co_name, f"{Path(frame.f_code.co_filename).name}:{line}"
+                return key, owner, frame.f_code.co_name, f"{Path(frame.f_code.co_filename).name}:{line}"
     return None
 
 
@@ -188,8 +212,9 @@ class SetupPhase(Callback):
         """Whether ``error``, raised by the running command, is bad input rather than a bug or bad data."""
         if isinstance(error, (BadInputError, MisconfigurationException)):
             return True
-        # Bad data has its own exit code; once batches flow, errors are the code's or the data's.
-        return isinstance(error, SETUP_ERRORS) and not isinstance(error, InvalidDataError) and not self.batches_started
+        if self.batches_started or isinstance(error, InvalidDataError):
+            return False  # bad data has its own exit code; once batches flow, errors are the code's or the data's
+        return isinstance(error, SETUP_ERRORS) or (isinstance(error, OSError) and _in_data_folder(error))
 
     def on_train_batch_start(self, *args: object) -> None:
         self.batches_started = self.trained = True
@@ -202,6 +227,12 @@ class SetupPhase(Callback):
 
     def on_predict_batch_start(self, *args: object) -> None:
         self.batches_started = True
+
+
+def _in_data_folder(error: OSError) -> bool:
+    """Whether ``error`` is the data module's, about a path in a folder it is configured with (its cache)."""
+    owner = _owner_frame(error.__traceback__, {})
+    return owner is not None and owner[0] == "data" and folder_argument(owner[1], str(error)) is not None
 
 
 class RunFiles:

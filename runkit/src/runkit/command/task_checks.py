@@ -20,7 +20,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..bad_input import BadInputError
+from ..bad_input import BadInputError, folder_arguments
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
 from ..safety.rendezvous import check_launcher
@@ -106,6 +106,7 @@ def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.Lightn
         raise BadInputError(f"model: {type(model).__name__} has no predict_step() or forward(): `predict` needs one")
     if loader is not None and not has_loader(loader, model, datamodule):
         raise BadInputError(f"data: {_data_name(model, datamodule)} has no {loader}(), which `{subcommand}` needs")
+    check_data_folders(datamodule)
     if subcommand == "export":
         if not is_overridden("forward", model):
             raise BadInputError(f"model: {type(model).__name__} has no forward(), the function `export` traces")
@@ -114,6 +115,17 @@ def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.Lightn
                 f"data: {_data_name(model, datamodule)} has no predict_dataloader() and model: {type(model).__name__}"
                 " no example_input_array: `export` needs one of them for an input batch to trace"
             )
+
+
+def check_data_folders(datamodule: pl.LightningDataModule | None) -> None:
+    """Refuses a folder the data module is configured with (``data_dir``, any ``*_dir`` argument) that is a file, or
+    that does not exist and cannot be created: its data or cache goes there (``prepare_data``). One that exists is
+    left to the module: a read-only folder of data downloaded before is fine."""
+    if datamodule is None:
+        return
+    for name, folder in folder_arguments(datamodule).items():
+        if not folder.is_dir():
+            check_folder(f"data.init_args.{name}", folder)
 
 
 def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
