@@ -270,3 +270,113 @@ def test_each_mode_on_a_cuda_gpu_is_checked_like_on_cpu(
     else:
         assert set(recorded["quantized_layers"]) == {"net.0", "net.3"}
     assert entry["weights_bytes"] < entry["float_weights_bytes"]
+
+
+TOKENS = ["--model=token_task.TokenClassifier", "--data=token_task.TokenData"]
+
+
+@pytest.mark.skipif(not HAS_ONNX, reason="the `export` extra is not installed")
+def test_a_token_model_with_dict_inputs_is_exported_and_quantized_with_integer_ids(
+    cli: ModuleType, in_tmp: Path, foreign_config: None
+) -> None:
+    run = in_tmp / "runs/foreign/run"
+    assert fit_exit_code(cli, run, *TOKENS, "--trainer.max_epochs=2") == 0
+    config = ["--config", str(run / "config.yaml"), "--ckpt_path=last", "--output_dir=out", *FAST]
+    # Was `error: trainer: unhashable type: 'slice'`: no token-input model could be exported.
+    cli.build_cli(["export", *config, "--quantize=int8_dynamic", "--max_accuracy_drop=3"])
+    token_task = pytest.importorskip("token_task")
+    model = token_task.TokenClassifier.load_from_checkpoint(run / "checkpoints/last.ckpt", weights_only=True).eval()
+    batch = token_task.Tokens(5, seed=3)[:]  # 5 samples: not the traced batch size
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        expected = model(ids, mask)
+    session = program_checks.load_program(in_tmp / "out/model.onnx")
+    onnx_inputs = __import__("onnxruntime").InferenceSession(str(in_tmp / "out/model.onnx")).get_inputs()
+    assert [(port.name, port.type) for port in onnx_inputs] == [
+        ("input_ids", "tensor(int64)"), ("attention_mask", "tensor(int64)")
+    ]  # fmt: skip
+    torch.testing.assert_close(session(ids, mask), expected)
+    torch.testing.assert_close(program_checks.load_program(in_tmp / "out/model.pt2")(ids, mask), expected)
+    recorded = report(in_tmp / "out")
+    for name in ("model.int8_dynamic.pt2", "model.int8_dynamic.onnx"):
+        entry = recorded["files"][name]
+        assert entry["score"]["metric"] == "accuracy"
+        assert entry["score"]["samples"] == 128  # every validation batch, its labels read from the dict
+        assert entry["score"]["float_value"] > 90  # learnt: the mask was read, the ids stayed integers
+        assert entry["fresh_process_max_abs_diff"] <= 1e-4
+    assert recorded["quantized_layers"] == {name: quantize.CONFIGS["int8_dynamic"] for name in ("head.0", "head.2")}
+    assert "embed" in recorded["kept_float"]
+
+
+def no_compiler(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("Failed to find a working C++ compiler\nsecond line")
+
+
+@pytest.mark.skipif(not HAS_ONNX, reason="the `export` extra is not installed")
+def test_int8_measures_each_path_that_builds_and_never_recommends_a_slower_or_bigger_file(
+    cli: ModuleType,
+    run_dir: Path,
+    in_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A machine without a C++ compiler: AOTInductor's files are left out with the reason, ONNX Runtime's two int8
+    files are checked and timed with both float files (the AOTInductor paths: test_int8_compiled_ahead_of_time)."""
+    int8_paths = submodule("tools.int8_paths")
+    monkeypatch.setattr(int8_paths, "compile_aoti", no_compiler)
+    capsys.readouterr()
+    export(cli, run_dir, in_tmp / "out", "--quantize=int8")
+    printed = capsys.readouterr().out
+    recorded = report(in_tmp / "out")
+    assert recorded["rejected"] == {
+        "model.aoti.pt2": "could not be built: RuntimeError: Failed to find a working C++ compiler",
+        "model.int8.aoti.pt2": "could not be built: RuntimeError: Failed to find a working C++ compiler",
+    }
+    files = recorded["files"]
+    assert set(files) == {"model.pt2", "model.onnx", "model.int8_dynamic.onnx", "model.int8_static.onnx"}
+    assert {name for name in in_tmp.joinpath("out").iterdir()} >= {in_tmp / "out" / name for name in files}
+    assert not (in_tmp / "out/model.int8.aoti.pt2").exists()
+    for name in ("model.int8_dynamic.onnx", "model.int8_static.onnx"):
+        entry = files[name]
+        assert (entry["runtime"], entry["precision"], entry["float_file"]) == ("onnxruntime", "int8", "model.onnx")
+        assert entry["file_bytes"] == (in_tmp / "out" / name).stat().st_size
+        assert entry["float_file_bytes"] == sum(
+            (in_tmp / "out" / part).stat().st_size for part in ("model.onnx", "model.onnx.data")
+        )  # the whole float file: its external data included
+        assert 0 < entry["score"]["quantized_value"] <= 0.05
+    # The fastest float file at each batch size is 1.0; the others are measured against it.
+    for size in ("1", "64"):
+        assert min(files[name]["latency_ratio"][size] for name in ("model.pt2", "model.onnx")) == 1.0
+    recommended = recorded["recommended"]
+    chosen = files[recommended["file"]]
+    assert recommended["latency_ratio"] == max(chosen["latency_ratio"].values())
+    if chosen["precision"] == "int8":
+        assert recommended["latency_ratio"] < 1
+        assert recommended["file_ratio"] <= 1
+        assert recommended["score"] == chosen["score"]
+    else:  # no int8 file faster at both batch sizes and smaller: the fastest float file, said with the numbers
+        assert all(
+            max(entry["latency_ratio"].values()) >= 1 or entry["file_ratio"] > 1
+            for entry in files.values()
+            if entry["precision"] == "int8"
+        )
+        assert "no int8 file is faster and smaller" in recommended["why"]
+    assert printed.strip().splitlines()[-1] == f"recommended: {recommended['why']}"
+    assert recommended["why"].startswith(f"ship {recommended['file']} ({chosen['runtime']}")
+
+
+@pytest.mark.faults  # two AOTInductor compiles, ~30 s each on 2 idle cores
+def test_int8_compiled_ahead_of_time(cli: ModuleType, run_dir: Path, in_tmp: Path) -> None:
+    export(cli, run_dir, in_tmp / "out", "--quantize=int8", "--formats=[torch_export]")
+    recorded = report(in_tmp / "out")
+    files = recorded["files"]
+    assert set(files) == {"model.pt2", "model.aoti.pt2", "model.int8.aoti.pt2"}, recorded["rejected"]
+    assert files["model.aoti.pt2"]["runtime"] == files["model.int8.aoti.pt2"]["runtime"] == "aoti"
+    entry = files["model.int8.aoti.pt2"]
+    assert entry["float_file"] == "model.aoti.pt2"
+    assert entry["fresh_process_max_abs_diff"] <= 1e-4
+    assert 0 < entry["score"]["quantized_value"] <= 0.05
+    inputs = torch.randn(5, 16, generator=torch.Generator().manual_seed(0))  # not the traced batch size
+    program = program_checks.load_program(in_tmp / "out/model.aoti.pt2")
+    expected = program_checks.load_program(in_tmp / "out/model.pt2")(inputs)
+    torch.testing.assert_close(program(inputs), expected, atol=1e-5, rtol=1e-5)

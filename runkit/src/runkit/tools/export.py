@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor
 
-from .model_inputs import ModelInputs, dynamic_batch, exportable, from_example
+from .model_inputs import ModelInputs, from_example, traceable
 from .program_checks import load_program
 from .quantized_export import WRITTEN as QUANTIZED_WRITTEN
 
@@ -153,7 +153,7 @@ def _export_checked(
     model = model.cpu().eval()
     with torch.no_grad():
         expected = inputs.call(model)
-    traced, args, dynamic_shapes = exportable(model, inputs), inputs.tensors, dynamic_batch(inputs)
+    (traced, dynamic_shapes), args = traceable(model, inputs), inputs.tensors
     exported = []
     for name in formats:
         path = output_dir / FILE_NAMES[name]

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .model_inputs import ModelInputs, dynamic_batch, exportable
+from .model_inputs import ModelInputs, traceable
 
 # AOTInductor writes -g1 line tables into the package's library by default: a tenth of the file, never read when
 # serving (a debugger's). Off, for the float and the int8 package alike.
@@ -51,10 +51,9 @@ def compile_aoti(model: nn.Module, inputs: ModelInputs, path: Path, freezing: bo
     import torch._inductor.config as inductor_config
     from torch._inductor import aoti_compile_and_package
 
+    traced, dynamic_shapes = traceable(model, inputs)
     with torch.no_grad():
-        program = torch.export.export(
-            exportable(model, inputs), inputs.tensors, dynamic_shapes=dynamic_batch(inputs), strict=False
-        )
+        program = torch.export.export(traced, inputs.tensors, dynamic_shapes=dynamic_shapes, strict=False)
         with inductor_config.patch({**AOTI_OPTIONS, "freezing": freezing}):
             aoti_compile_and_package(program, package_path=str(path))
 
@@ -70,10 +69,9 @@ def pt2e_aoti(source: Source, path: Path) -> None:
 
     quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
     model, inputs = source.model, source.inputs
+    module, dynamic_shapes = traceable(model, inputs)
     with torch.no_grad():  # traced for inference: the graph Inductor's int8 patterns match
-        traced = torch.export.export(
-            exportable(model, inputs), inputs.tensors, dynamic_shapes=dynamic_batch(inputs), strict=False
-        ).module()
+        traced = torch.export.export(module, inputs.tensors, dynamic_shapes=dynamic_shapes, strict=False).module()
         prepared = prepare_pt2e(traced, quantizer)
         for batch in source.calibration:
             prepared(*batch.to(inputs.tensors[0].device).tensors)

@@ -102,13 +102,11 @@ class Positional(nn.Module):
         return ModelInputs(self.names, tensors, self.keywords).call(self.model)
 
 
-def exportable(model: nn.Module, inputs: ModelInputs) -> nn.Module:
-    """What torch.export traces: the model itself for one positional tensor (its parameter names stay as in the
-    checkpoint), else the model behind ``Positional``."""
-    return model if len(inputs.names) == 1 and not inputs.keywords else Positional(model, inputs)
-
-
-def dynamic_batch(inputs: ModelInputs) -> tuple[dict[int, object], ...]:
-    """torch.export's ``dynamic_shapes``: dimension 0 of every input is the one batch size."""
+def traceable(model: nn.Module, inputs: ModelInputs) -> tuple[nn.Module, object]:
+    """What torch.export traces, and its ``dynamic_shapes`` (dimension 0 of every input is the one batch size): the
+    model itself for one positional tensor (its parameter names stay as in the checkpoint), else the model behind
+    ``Positional`` (whose ``*tensors`` is one argument to torch.export)."""
     batch = torch.export.Dim("batch")
-    return tuple({0: batch} for _ in inputs.names)
+    if len(inputs.names) == 1 and not inputs.keywords:
+        return model, ({0: batch},)
+    return Positional(model, inputs), {"tensors": tuple({0: batch} for _ in inputs.names)}

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from . import int8_paths
-from .model_inputs import ModelInputs, batch_inputs, dynamic_batch, exportable
+from .model_inputs import ModelInputs, batch_inputs, traceable
 from .program_checks import Latency, Score, check_fresh_process, latencies, load_program, runtime, score
 from .quantize import MODES, quantize_model, tensor_bytes
 from .recommendation import latency_ratios, recommend
@@ -170,10 +170,9 @@ def _build(
         if "torch_export" in floats:
             path = folder / f"model.{options.mode}.pt2"
             traced = inputs.to(on)
+            module, dynamic_shapes = traceable(quantized.module, traced)
             with torch.no_grad():
-                program = torch.export.export(
-                    exportable(quantized.module, traced), traced.tensors, dynamic_shapes=dynamic_batch(traced)
-                )
+                program = torch.export.export(module, traced.tensors, dynamic_shapes=dynamic_shapes)
             torch.export.save(program, path)
             built.append(Candidate(path, options.mode, floats["torch_export"], f"torchao {options.mode}"))
         if "onnx" in floats and options.mode == ONNX_MODE:
