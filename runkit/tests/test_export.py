@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import fixture_task
 import pytest
 import torch
+import yaml
 from support import submodule
 
-from runkit.testing.support import run_dir_flags
+from runkit.testing.support import refused, run_dir_flags
 
 exporting = submodule("tools.export")
 WRITTEN = {"torch_export": {"model.pt2"}, "onnx": {"model.onnx", "model.onnx.data"}}  # ONNX weights sit beside it
@@ -77,3 +81,29 @@ def test_bad_export_arguments_exit_2(
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert list(in_tmp.iterdir()) == []  # nothing written
+
+
+def test_a_second_export_into_a_folder_being_written_is_refused_in_one_line(
+    cli: ModuleType, run_dir: Path, in_tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two exports into one folder at the same moment both said they succeeded, and one's files were gone: the
+    second is refused while the first (here a live process holding the folder's lock) runs, and a lock whose
+    holder died is taken over."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        lock = in_tmp / ".out.lock"
+        lock.write_text(yaml.safe_dump({"host": socket.gethostname(), "pid": holder.pid, "since": "now"}))
+        args = ["export", *run_dir_flags(run_dir), "--ckpt_path=best", f"--output_dir={in_tmp / 'out'}"]
+        line = refused(capsys, lambda: cli.main([*args, "--formats=[torch_export]", "--overwrite=true"]))
+        assert line.endswith(
+            f"output_dir: {in_tmp / 'out'} is being written by another export (process {holder.pid} on"
+            f" {socket.gethostname()} (since now)): wait for it to end, then pass --overwrite true to replace it, or"
+            " give another --output_dir"
+        ), line
+        assert sorted(path.name for path in in_tmp.iterdir()) == [".out.lock"]  # nothing of this export
+    finally:
+        holder.kill()
+        holder.wait()
+    export(cli, run_dir, in_tmp / "out", "--formats=[torch_export]")  # its holder is gone: taken over
+    assert sorted(path.name for path in in_tmp.iterdir()) == ["out"]  # and given back
+    assert {path.name for path in (in_tmp / "out").iterdir()} == WRITTEN["torch_export"]
