@@ -61,6 +61,18 @@ def files(folder: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_a_sweep_stopped_by_a_group_sigterm_finishes_with_the_same_command(baked: Callable[..., Path]) -> None:
     project = baked()
+    # The example sweep YAML the template ships: its 6 cells' fit commands, nothing written.
+    env = {**os.environ, "PYTHONPATH": str(project / "src"), "PYTHONWARNINGS": "ignore"}
+    package = project.name.replace("-", "_")
+    dry = [sys.executable, "-m", package, "sweep", "-c", "configs/example/sweep.yaml", "--dry_run", "true"]
+    shown = subprocess.run(dry, cwd=project, env=env, capture_output=True, text=True, timeout=PATIENCE)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    commands = [line for line in shown.stdout.splitlines() if f": {package} fit " in line]
+    assert len(commands) == 6
+    assert commands[-1].startswith(
+        f"transformer,seed_everything=3: {package} fit --config=configs/example/transformer.yaml"
+    )
+    assert not (project / "runs").exists()
     sweep_dir, log = project / SWEEP, project / "first.log"
     first = start(project, log)
     deadline = time.monotonic() + PATIENCE
