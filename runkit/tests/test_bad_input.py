@@ -495,3 +495,42 @@ def test_a_read_only_data_folder_is_named_by_its_key_and_leaves_no_run(in_tmp: P
     assert f"cannot write {folder}/sequences.pt" in last, last
     assert "Traceback" not in process.stdout
     assert files_in(in_tmp) == ["mounted", "out.log"]  # no run folder
+
+
+def test_a_training_monitor_logged_per_step_and_per_epoch_is_followed_as_its_epoch_value(
+    run_cli: RunCli, lightning_log: list[str]
+) -> None:
+    # The fixture logs train/loss with on_step and on_epoch (train/loss_step, train/loss_epoch): Lightning trained an
+    # epoch, then failed, finding no `train/loss` to rank the checkpoint by.
+    run = Path("runs/fixture/train-loss")
+    flags = [*run_dir_flags(run), *("--trainer.limit_train_batches=4", "--trainer.limit_val_batches=1")]
+    flags += ["--trainer.max_epochs=2", "--best_checkpoint.monitor=train/loss"]
+    with pytest.raises(SystemExit) as stopped:  # a SIGTERM in the second epoch: best.ckpt ranked the first
+        run_cli("fit", *flags, fault("SignalAtStep", step=6, signum=15))
+    assert stopped.value.code == 143
+    said = [line for line in lightning_log if line.startswith("best_checkpoint.monitor:")]
+    assert said == [
+        "best_checkpoint.monitor: SequenceRegressor logs 'train/loss' per step and per epoch (train/loss_step,"
+        " train/loss_epoch): best.ckpt follows train/loss_epoch"
+    ]
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]["BestCheckpoint"]
+    assert state["monitor"] == "train/loss_epoch"
+    assert (run / "checkpoints" / "best.ckpt").is_file()
+    # Resumed with the same flag: the ranking carries on (it is the same metric), it does not start over.
+    lightning_log.clear()
+    resumed = run_cli("fit", *flags, "--ckpt_path=last")
+    assert not any("ranking starts over" in line for line in lightning_log), lightning_log
+    callback = resumed.trainer.checkpoint_callback  # type: ignore[attr-defined]
+    assert callback.monitor == "train/loss_epoch"
+    assert resumed.trainer.global_step == 8  # type: ignore[attr-defined]
+
+
+def test_another_callback_monitoring_a_metric_logged_per_step_and_per_epoch_is_refused_at_the_first_batch(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=train/loss", "--trainer.max_epochs=1"]
+    line = refused_cli(run_cli, capsys, "fit", *flags, "--trainer.limit_train_batches=4")
+    assert line == (
+        "error: trainer.callbacks: EarlyStopping.monitor: SequenceRegressor logs 'train/loss' per step and per epoch"
+        " (train/loss_step, train/loss_epoch), never as 'train/loss': monitor train/loss_epoch"
+    )

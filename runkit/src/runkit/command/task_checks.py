@@ -162,13 +162,17 @@ class StartCheck(Callback):
     """
 
     def __init__(self) -> None:
+        self._trainer: pl.Trainer | None = None
+        self._train_checked = False  # the monitored training metrics, after the first training batch of a session
+        self._resolved: str | None = None  # best_checkpoint's monitor, resolved to its `_epoch` form (saved with it)
         self._monitors_checked = False
         self._sanity_steps: int | float | None = None  # the run's own, while a one-batch sanity check runs for it
         self._logged: list[str] = []  # the validation metrics this fit logged last: saved with its checkpoints
         self._saved_logged: list[str] | None = None  # those the checkpoint a run resumes from holds
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._monitors_checked = False
+        self._monitors_checked = self._train_checked = False
+        self._trainer = trainer  # before the checkpoint's state is restored (load_state_dict)
         if stage == TrainerFn.FITTING and trainer.limit_train_batches == 0:
             # Before configure_optimizers: a schedule sized from the run's steps fails on Lightning's -1 for none,
             # and says max_steps or max_epochs is missing.
@@ -211,12 +215,46 @@ class StartCheck(Callback):
         if not trainer.sanity_checking:
             self._check_monitors(trainer, pl_module, sum(trainer.num_val_batches))
 
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if not self._train_checked:
+            self._train_checked = True
+            self._resolve_training_monitors(trainer, pl_module)
+
+    def _resolve_training_monitors(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A training metric monitored by its logged name (``train/loss``) that the module logs per step and per epoch
+        (``self.log(..., on_step=True, on_epoch=True)``: ``train/loss_step``, ``train/loss_epoch``): Lightning finds no
+        ``train/loss`` at the epoch's end and fails after training it. ``best_checkpoint`` follows ``train/loss_epoch``
+        (one line; its state is saved under a fixed key); another callback's monitor is refused, naming the fix."""
+        logged = logged_names(trainer)  # a metric logged per step and per epoch: its name and `<name>_epoch`
+        for key, monitor in monitored_metrics(trainer):
+            epoch = f"{monitor}_epoch"
+            if is_validation_metric(monitor) or epoch not in logged:
+                continue
+            callback = next(c for c in trainer.callbacks if getattr(c, "monitor", None) == monitor)  # type: ignore[attr-defined]
+            if isinstance(callback, BestCheckpoint):
+                callback.monitor = self._resolved = epoch
+                rank_zero_info(
+                    f"best_checkpoint.monitor: {type(pl_module).__name__} logs {monitor!r} per step and per epoch"
+                    f" ({monitor}_step, {epoch}): best.ckpt follows {epoch}"
+                )
+                continue
+            raise BadInputError(
+                f"{key}: {type(pl_module).__name__} logs {monitor!r} per step and per epoch ({monitor}_step, {epoch}),"
+                f" never as {monitor!r}: monitor {epoch}"
+            )
+
     def state_dict(self) -> dict[str, Any]:
-        return {"validation_metrics": self._logged} if self._logged else {}
+        state: dict[str, Any] = {"validation_metrics": self._logged} if self._logged else {}
+        return {**state, "best_monitor": self._resolved} if self._resolved else state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # Kept for the checkpoints this session saves before its first validation, too.
         self._logged = self._saved_logged = state_dict.get("validation_metrics") or []
+        # Before best_checkpoint's own state (checkpoint callbacks come last): its ranking is of the resolved metric.
+        resolved = state_dict.get("best_monitor")
+        for callback in self._trainer.callbacks if resolved and self._trainer is not None else []:  # type: ignore[attr-defined]
+            if isinstance(callback, BestCheckpoint) and f"{callback.monitor}_epoch" == resolved:
+                callback.monitor = self._resolved = resolved
 
     def _check_monitors(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batches: int) -> None:
         if self._monitors_checked:
