@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import fixture_task
+import lightning.pytorch as pl
 import pytest
 import torch
 from support import submodule
@@ -148,3 +150,56 @@ def test_a_read_only_run_is_validated_tested_and_predicted_and_left_as_it_was(
     folder = re.escape(str(trained))
     assert re.search(rf"output_dir: cannot write in {folder}(/predictions)? \(permission denied\)$", line), line
     assert digest(trained) == before
+
+
+exported_model = submodule("tools.exported_model")
+
+
+@pytest.fixture(scope="module")
+def exported_run(cli: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of the fixture regressor, exported (float files) and quantized (``int8_dynamic``, recommended file)."""
+    run = tmp_path_factory.mktemp("exported") / "runs" / "x" / "run"
+    cli.build_cli(["fit", *run_dir_flags(run), "--trainer.max_epochs=2"])
+    export = ["export", *run_dir_flags(run), "--ckpt_path=best", "--latency_repeats=2"]
+    cli.build_cli([*export, f"--output_dir={run / 'float'}"])
+    cli.build_cli([*export, f"--output_dir={run / 'int8'}", "--quantize=int8_dynamic"])
+    return run
+
+
+def predictions(model: torch.nn.Module) -> torch.Tensor:
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    return torch.cat(trainer.predict(model, fixture_task.SequenceData()))
+
+
+@pytest.mark.parametrize("folder", ["float", "int8"])
+def test_predict_runs_the_file_an_export_recommends_with_eager_outputs_within_the_bound(
+    exported_run: Path, folder: str
+) -> None:
+    best = exported_run / "checkpoints/best.ckpt"
+    eager = predictions(fixture_task.SequenceRegressor.load_from_checkpoint(best, weights_only=True))
+    untrained = fixture_task.SequenceRegressor()  # the exported file's weights are used, not the module's
+    said = exported_model.use_export(untrained, exported_run / folder)
+    served = predictions(untrained)
+    if folder == "float":
+        assert said.startswith(f"predict: runs {exported_run / 'float/model.pt2'} (torch.export), its float file")
+        torch.testing.assert_close(served, eager, atol=1e-5, rtol=1e-5)
+    else:
+        report = json.loads((exported_run / "int8/quantization.json").read_text())
+        chosen = report["recommended"]["file"]
+        assert said.startswith(f"predict: runs {exported_run / 'int8' / chosen} (")
+        assert "the file its quantization.json recommends" in said
+        error = ((served - eager).square().sum() / eager.square().sum()).sqrt().item()
+        assert error <= report["bound"]["max_output_error"]  # what the export checked on the same data
+        if chosen != "model.pt2":
+            assert error > 0  # quantized: close, not equal
+
+
+def test_an_export_folder_without_its_recommended_file_is_named(exported_run: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    (folder / "quantization.json").write_text((exported_run / "int8/quantization.json").read_text())
+    assert exported_model.is_export_folder(folder)
+    assert not exported_model.is_export_folder(exported_run / "checkpoints/best.ckpt")
+    chosen = json.loads((folder / "quantization.json").read_text())["recommended"]["file"]
+    with pytest.raises(ValueError, match=rf"quantization\.json recommends {re.escape(chosen)}, which is not in"):
+        exported_model.exported_file(folder)
