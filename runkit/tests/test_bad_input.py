@@ -534,3 +534,25 @@ def test_another_callback_monitoring_a_metric_logged_per_step_and_per_epoch_is_r
         "error: trainer.callbacks: EarlyStopping.monitor: SequenceRegressor logs 'train/loss' per step and per epoch"
         " (train/loss_step, train/loss_epoch), never as 'train/loss': monitor train/loss_epoch"
     )
+
+
+@pytest.mark.parametrize(
+    ("flag", "base"),
+    [
+        ("--model=old_lightning.OldStyleRegressor", "LightningModule"),
+        ("--model.class_path=old_lightning.OldStyleRegressor", "LightningModule"),
+        ("--data=old_lightning.OldStyleData", "LightningDataModule"),
+    ],
+)
+def test_a_class_of_the_pytorch_lightning_package_is_named_with_the_import_to_change(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], flag: str, base: str
+) -> None:
+    # jsonargparse said only `does not correspond to a subclass of LightningModule`.
+    pytest.importorskip("pytorch_lightning", reason="a team's code on the pytorch_lightning package needs it")
+    path = flag.partition("=")[2]
+    key = flag.removeprefix("--").partition("=")[0].partition(".")[0]
+    assert refused_cli(run_cli, capsys, "fit", flag) == (
+        f"error: {key}: {path} subclasses pytorch_lightning's {base}; this project uses lightning.pytorch (the same"
+        f" classes from the `lightning` package): in {Path(__file__).parent / 'old_lightning.py'}, import"
+        f" `lightning.pytorch as pl` (or `from lightning.pytorch import {base}`) instead of `pytorch_lightning`"
+    )

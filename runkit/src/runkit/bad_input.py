@@ -21,6 +21,7 @@ problems, not input: they keep their traceback. ``JSONARGPARSE_DEBUG=1`` shows a
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import re
@@ -191,11 +192,42 @@ def refused_parse(config: Any) -> str | None:
     return None
 
 
+_NOT_A_SUBCLASS = re.compile(
+    r"(?:but |Import path )(?P<path>[\w.]+)(?: either not accessible or invalid)?.*?"
+    r"does not correspond to a subclass of (?P<base>\w+)"
+)
+
+
+def other_lightning(message: str) -> str | None:
+    """The line for a class jsonargparse refused as ``not a subclass of LightningModule`` (``LightningDataModule``,
+    ``Callback``) because it subclasses the ``pytorch_lightning`` package's: the same classes, another package than the
+    project's ``lightning.pytorch``, which it does not accept. ``None`` for any other message."""
+    found = _NOT_A_SUBCLASS.search(message)
+    if found is None:
+        return None
+    module, _, name = found["path"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    bases = [base for base in getattr(cls, "__mro__", ()) if base.__module__.startswith("pytorch_lightning")]
+    if not bases:
+        return None
+    key = message.partition(":")[0]
+    where = inspect.getsourcefile(cls) or module
+    return (
+        f"{key}: {found['path']} subclasses pytorch_lightning's {found['base']}; this project uses lightning.pytorch"
+        f" (the same classes from the `lightning` package): in {where}, import `lightning.pytorch as pl` (or `from"
+        f" lightning.pytorch import {found['base']}`) instead of `pytorch_lightning`"
+    )
+
+
 class OneLineErrorParser(LightningArgumentParser):
     """Lightning's parser, whose errors are the ``tip:`` and one ``error:`` line."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        super().error(condense(message), ex)
+        message = condense(message)
+        super().error(other_lightning(message) or message, ex)
 
     def print_usage(self, file: Any = None) -> None:
         """Prints nothing: argparse prints the usage above each error, ~60 lines that bury it; ``--help`` has it."""
