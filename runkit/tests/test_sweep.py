@@ -236,6 +236,8 @@ def test_cells_are_runs_the_table_averages_seeds_and_failed_cells_are_one_line_e
     # `runs` lists every cell; the sweep's last lines say how.
     listing = submodule("run.folders").format_runs(SWEEP.parent, "sweep")
     assert sum(f"small,seed_everything={seed}" in listing for seed in (1, 2)) == 2
+    every = submodule("run.folders").format_runs(Path("runs")).splitlines()  # plain `runs`: the sweep's folder too
+    assert sum(line.startswith("fixture/sweep  small,seed_everything=") for line in every) == 2
     assert f"the cells' runs: fixture_cli runs --root {SWEEP.parent} --experiment sweep" in out
     # The table: a row per preset; mean and std over the two seeds; failed cells with their one line.
     scores = [values()[f"small,seed_everything={seed}"] for seed in (1, 2)]

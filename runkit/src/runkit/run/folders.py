@@ -232,13 +232,24 @@ def list_runs(root: str = "runs", experiment: str | None = None) -> None:
     print(format_runs(where, experiment))
 
 
+def _with_studies(experiments: list[RunPath]) -> list[tuple[RunPath, str]]:
+    """Each experiment's folder, then those of its searches and sweeps (``<experiment>/sweep``: folders of runs with
+    a ``base.yaml``), each with the name ``runs`` shows."""
+    found = []
+    for folder in experiments:
+        found.append((folder, folder.name))
+        nested = sorted(folder.iterdir(), key=str) if folder.is_dir() else []
+        found += [(f, f"{folder.name}/{f.name}") for f in nested if (f / "base.yaml").is_file() and not is_run(f)]
+    return found
+
+
 def format_runs(root: RunPath, experiment: str | None = None) -> str:
     """The table that ``list_runs`` prints, oldest run first within each experiment."""
     program = current().program
     found = root.iterdir() if root.is_dir() else ()
     experiments = [root / experiment] if experiment else sorted((p for p in found if p.is_dir()), key=str)
     rows = [("EXPERIMENT", "RUN", "STARTED", "STATUS", "EPOCHS", "STEPS", "BEST", "PROCESSES", "COMMAND")]
-    for experiment_dir in experiments:
+    for experiment_dir, label in _with_studies(experiments):
         for run, found in runs_with_records(experiment_dir):
             record = found or {}
             progress, sessions = record.get("progress") or {}, record.get("sessions") or [{}]
@@ -253,7 +264,7 @@ def format_runs(root: RunPath, experiment: str | None = None) -> str:
                 command = "-"
             rows.append(
                 (
-                    experiment_dir.name,
+                    label,
                     run.name,
                     str(sessions[0].get("started") or "?")[:16].replace("T", " "),
                     status,
