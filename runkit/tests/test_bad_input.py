@@ -556,3 +556,34 @@ def test_a_class_of_the_pytorch_lightning_package_is_named_with_the_import_to_ch
         f" classes from the `lightning` package): in {Path(__file__).parent / 'old_lightning.py'}, import"
         f" `lightning.pytorch as pl` (or `from lightning.pytorch import {base}`) instead of `pytorch_lightning`"
     )
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "predict"])
+def test_a_file_of_zeros_as_a_checkpoint_is_refused_without_torchs_advice_to_run_its_code(
+    run_cli: RunCli, capsys: pytest.CaptureFixture[str], in_tmp: Path, subcommand: str
+) -> None:
+    # 20 GB of zeros (sparse: no disk used): torch's refusal advised re-running torch.load with weights_only=False,
+    # which runs whatever code a file holds; that advice was passed on.
+    with open("zeros.ckpt", "wb") as file:
+        file.truncate(20 * 2**30)
+    line = refused_cli(run_cli, capsys, subcommand, "--ckpt_path=zeros.ckpt")
+    assert line.startswith("error: checkpoint zeros.ckpt is not readable (truncated or corrupt?)"), line
+    assert "not a zip archive: a checkpoint of torch < 1.6, or no checkpoint at all" in line, line
+    for advice in ("weights_only` set to `False`", "trusted source", "arbitrary code"):
+        assert advice not in line, line
+    assert files_in(in_tmp) == ["zeros.ckpt"]
+
+
+def test_torchs_advice_to_turn_weights_only_off_is_never_passed_on() -> None:
+    refused = (  # torch 2.6+'s text for an object weights_only refuses
+        "Weights only load failed. This file can still be loaded, to do so you have two options, do those steps only if"
+        " you trust the source of the checkpoint. \n\t(1) In PyTorch 2.6, we changed the default value of the"
+        " `weights_only` argument in `torch.load` from `False` to `True`. Re-running `torch.load` with `weights_only`"
+        " set to `False` will likely succeed, but it can result in arbitrary code execution. Do it only if you got the"
+        " file from a trusted source.\n\t(2) Alternatively, to load with `weights_only=True` ..."
+    )
+    cleaned = submodule("bad_input").without_unsafe_advice(refused)
+    assert "weights_only` set to `False`" not in cleaned
+    assert "arbitrary code" not in cleaned
+    assert cleaned.startswith("Weights only load failed.")
+    assert cleaned.endswith("(2) Alternatively, to load with `weights_only=True` ...")

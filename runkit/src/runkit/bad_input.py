@@ -188,8 +188,26 @@ def refused_parse(config: Any) -> str | None:
         try:
             read_checkpoint(ckpt_path)
         except ValueError as error:
-            return str(error)
+            return without_unsafe_advice(str(error))
     return None
+
+
+_UNSAFE_ADVICE = re.compile(
+    r"\s*(?:\(1\) )?In PyTorch 2\.6, we changed the default value of the `weights_only` argument.*?trusted source\.|"
+    r"\s*Re-running `torch\.load` with `weights_only` set to `False`.*?trusted source\.",
+    re.DOTALL,
+)
+
+
+def without_unsafe_advice(message: str) -> str:
+    """``message`` without torch's advice to load a refused checkpoint with ``weights_only=False`` (which runs any code
+    the file holds: the kit never does, and never passes that advice on); a file torch takes for its legacy format
+    (which ``weights_only`` cannot read: torch < 1.6, or bytes that are no checkpoint at all, zeros) is said as such."""
+    cleaned = _UNSAFE_ADVICE.sub("", message)
+    if cleaned != message and "legacy .tar format" in cleaned:
+        cleaned += " (not a zip archive: a checkpoint of torch < 1.6, or no checkpoint at all; the kit reads only"
+        cleaned += " torch's zip format, without running code a file holds)"
+    return cleaned
 
 
 _NOT_A_SUBCLASS = re.compile(
@@ -226,7 +244,7 @@ class OneLineErrorParser(LightningArgumentParser):
     """Lightning's parser, whose errors are the ``tip:`` and one ``error:`` line."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        message = condense(message)
+        message = without_unsafe_advice(condense(message))
         super().error(other_lightning(message) or message, ex)
 
     def print_usage(self, file: Any = None) -> None:
