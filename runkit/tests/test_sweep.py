@@ -4,6 +4,7 @@ is its one line, bad input is refused before any cell runs, and the same command
 from __future__ import annotations
 
 import csv
+import importlib.util
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -325,3 +326,48 @@ def test_a_sweep_yaml_holds_the_grid_and_what_every_cell_changes(
             "none/0.0",
             "none/0.3",
         ]
+
+
+def test_the_table_of_a_running_sweep_shows_each_cell_where_it_stands(in_tmp: Path) -> None:
+    cell, grid, results = submodule("search.cell"), submodule("search.grid"), submodule("search.results")
+    axes = tuple(grid.read_axes(["model.hidden=8,16", "seed_everything=1,2"], lambda key: key))
+    settings = {
+        "heartbeat_interval": 10,
+        "grace_period": 60,
+        "optuna_config": {},
+        "project": submodule("project").Project(),
+    }
+    plan = cell.SweepPlan(
+        "sweep", None, SWEEP, SWEEP / "base.yaml", axes, "val/loss", "minimize", 4, **settings, axes=axes
+    )
+    study = optuna.create_study(sampler=cell.GridOfCells([a.name for a in axes], [list(a.labels) for a in axes]))
+
+    def started() -> tuple[optuna.Trial, str]:
+        trial = study.ask()
+        params = {axis.name: trial.suggest_categorical(axis.name, list(axis.labels)) for axis in axes}
+        return trial, plan.cell_of(params).name
+
+    done, done_name = started()
+    done.set_user_attr("metrics", {"train/loss": 2.0})
+    study.tell(done, 0.25)
+    failed, failed_name = started()
+    failed.set_user_attr("error", "RuntimeError: boom")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    _, running_name = started()  # a worker runs it now
+    found = results.rows(plan, results.cell_results(study, plan))
+    text = results.table(plan, found).splitlines()
+    assert text[0].split() == ["hidden", "n", "val/loss", "best", "s/cell"]
+    assert f"failed  {failed_name}: RuntimeError: boom" in text
+    assert text[-1] == "still to run: 1 running, 1 not started"
+    row = next(row for row in found if row.best == done_name)
+    assert (row.n, row.means, row.stds) == (
+        1,
+        {"val/loss": 0.25, "train/loss": 2.0},
+        {"val/loss": None, "train/loss": None},
+    )
+    written = [path.name for path in results.write_results(plan, found)]
+    has_plot = importlib.util.find_spec("matplotlib") is not None
+    assert written == ["results.csv", "results.md", *(["results.png"] if has_plot else [])]
+    if has_plot:  # the monitored metric per row, with error bars: a PNG image
+        assert (SWEEP / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {running_name, failed_name, done_name} <= {c.name for c in grid.cells(list(axes))}

@@ -138,7 +138,8 @@ def table(plan: SweepPlan, found: list[Row]) -> str:
             if result.state in ("running", "queued", "not started"):
                 waiting[result.state] += 1
     if waiting:
-        text.append("still to run: " + ", ".join(f"{count} {state}" for state, count in waiting.items()))
+        order = [state for state in ("running", "queued", "not started") if waiting[state]]
+        text.append("still to run: " + ", ".join(f"{waiting[state]} {state}" for state in order))
     return "\n".join(text)
 
 
