@@ -9,6 +9,8 @@ and recorded by the run, then checked when it is read (``digests.py``).
 A checkpoint in a store (``s3://...``: ``store.py``) is serialized in memory, hashed, its digest recorded, then
 uploaded in one write: the object appears whole or not at all, and a crash mid-upload leaves the one before as it
 was. Lightning's fsspec path writes it the same way, but records nothing and reads it back unchecked.
+
+``LastCheckpoint``'s saves run all of this in a thread, on a snapshot of the state (``background_save.py``).
 """
 
 from __future__ import annotations
