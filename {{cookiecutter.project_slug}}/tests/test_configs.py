@@ -1,6 +1,7 @@
 """This project's configs on this project's task: the starting configs build the default run, and every preset
-outside ``configs/example/`` parses, builds on top of ``configs/default.yaml`` and round-trips (the example's own
-presets: ``tests/task/``). It names no class of the task, so a preset that does breaks it once the task is replaced."""
+outside ``configs/example/`` (but the configs of ``search`` and ``sweep``) parses, builds on top of
+``configs/default.yaml`` and round-trips (the example's own presets: ``tests/task/``). It names no class of the task,
+so a preset that does breaks it once the task is replaced."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ PRESETS = sorted(
     for path in CONFIGS.rglob("*.yaml")
     if path.parent != CONFIGS and path.relative_to(CONFIGS).parts[0] != "example"
 )
-PRESETS = [name for name in PRESETS if "space" not in (yaml.safe_load((CONFIGS / f"{name}.yaml").read_text()) or {})]
+OTHER_COMMANDS = {"space": "search", "grid": "sweep"}  # a key only the config of another command has
+PRESETS = [
+    name
+    for name in PRESETS
+    if not OTHER_COMMANDS.keys() & (yaml.safe_load((CONFIGS / f"{name}.yaml").read_text(encoding="utf-8")) or {}).keys()
+]
 NEEDS_GPU = {"distributed/fsdp"}  # Lightning's FSDPStrategy needs a CUDA accelerator to be built
 
 
