@@ -3,7 +3,8 @@
 A project is baked, its example deleted (``task/``, ``tests/task/``, ``configs/example/``) and a task the tests have
 never seen put in its place: a GRU that counts the ones in bit strings, with a datamodule of its own, plain Lightning
 (nothing of runkit's). Then ``fit`` trains that task, no preset left names the example, and the project's suite passes
-untouched: its smoke test through the installed runkit and its configs' test.
+untouched: its smoke test through the installed runkit (its console script trains, stops, resumes, validates) and
+its configs' test.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import pytest
 import yaml
 from conftest import assert_tests_pass, bake, edit, install
 
-ANSWERS = {"project_name": "Bit Counter"}  # a package of its own: other tests install the default bake meanwhile
-PACKAGE = "bit_counter"
+# Not the default answers (a package of its own: other tests install the default bake meanwhile), so this is also the
+# non-default bake whose suite runs: a non-ASCII name, another license and Python reach a working package.
+ANSWERS = {"project_name": "Über Vision 2", "license": "BSD-3-Clause", "python_version": "3.11"}
+PACKAGE = "uber_vision_2"
 TASK = '''"""Counting the ones in bit strings: a GRU regresses the count, on sequences generated from a seed."""
 
 from __future__ import annotations
