@@ -57,7 +57,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "validate": Subcommand("Scores a checkpoint on the validation data (a table; nothing is written).", "lightning"),
     "test": Subcommand("Scores a checkpoint on the test data (a table; nothing is written).", "lightning"),
     "predict": Subcommand(
-        "Runs a checkpoint on inputs (the task's predict data, or --data.init_args.predict_path).", "lightning"
+        "Runs a checkpoint, or an export folder's recommended file, on inputs (the task's predict data).", "lightning"
     ),
     "schedule": Subcommand(
         "Prints the learning rate at key steps of the configured run, without training.",

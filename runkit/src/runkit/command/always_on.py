@@ -7,7 +7,9 @@ Trainer's switches (``logger``, ``enable_model_summary``).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import LearningRateMonitor
@@ -19,6 +21,7 @@ from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, Th
 from ..observe.progress import EpochLine
 from ..parts.matmul_precision import unless_configured
 from ..safety.checkpoint_io import AtomicCheckpointIO
+from ..safety.compiled_shapes import DynamicBatchDim
 from ..safety.elastic import DataLayout
 from ..safety.eval_mode import EvalModeAtStart
 from ..safety.nonfinite import StopOnNonFinite
@@ -29,6 +32,9 @@ from ..safety.resume import ExactResume
 from ..trackers.tracked_run import TrackedRun
 from .task_checks import StartCheck
 from .worker_count import check_workers
+
+if TYPE_CHECKING:
+    from ..run.session import RunSession
 
 
 def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = None) -> list[pl.Callback]:
@@ -42,6 +48,7 @@ def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = Non
     callbacks += [outside, Preemption(outside)]
     callbacks.append(StopOnNonFinite())
     callbacks.append(EvalModeAtStart())  # a from_pretrained model trains in eval mode unless it is said
+    pass  # TEMP callbacks.append(DynamicBatchDim())  # a compiled network with a short last batch resumes exactly
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     callbacks += unless_configured(as_list(trainer_config.get("callbacks")))
@@ -65,3 +72,25 @@ def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def trainer_arguments(
+    config: dict[str, Any], session: RunSession, logger: Any, callbacks: list[pl.Callback]
+) -> dict[str, Any]:
+    """What the kit gives the Trainer beside the config's ``trainer`` keys: the run folder, the loggers placed in it,
+    the atomic checkpoint writer, and the callbacks every run gets (``always_on.py``) after the config's own."""
+    kit = kit_callbacks({**config, "logger": logger}, session.layout)
+    arguments = {
+        "default_root_dir": str(session.directory),  # everything the Trainer writes by itself goes there too
+        "logger": logger,
+        "plugins": with_atomic_checkpoint_io(config.get("plugins")),
+        "callbacks": [*as_list(config.get("callbacks")), *kit, *callbacks],
+    }
+    if config.get("enable_progress_bar") is None:  # null (the default): a bar on a terminal, none in CI or pipes
+        arguments["enable_progress_bar"] = interactive()
+    return arguments
+
+
+def interactive() -> bool:
+    """Whether a person watches: stderr (where progress bars go) is a terminal and ``CI`` is not set."""
+    return sys.stderr.isatty() and os.environ.get("CI", "").lower() in {"", "0", "false"}

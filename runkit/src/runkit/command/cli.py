@@ -10,9 +10,9 @@ no config can drop them.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import lightning.pytorch as pl
@@ -41,7 +41,7 @@ from ..safety.lost_store import exit_if_store_lost, threads_quiet_when_store_los
 from ..safety.signals import STOP
 from ..subcommands import SUBCOMMANDS, CommandLine
 from ..trackers.placement import for_session
-from .always_on import as_list, kit_callbacks, with_atomic_checkpoint_io
+from .always_on import as_list, trainer_arguments
 from .checkpoint_model import SaysReplacedModel
 from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
@@ -127,15 +127,16 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         if self.subcommand is not None:  # before a run directory exists (BadInputError: refused, exit 2)
             check_task(self.subcommand, self.model, self.datamodule)
             check_folder("trainer.default_root_dir", config.get("default_root_dir"))
+        ckpt_path = arguments.get("ckpt_path")
+        if self.subcommand == "predict" and ckpt_path is not None:
+            try:
+                ckpt_path = predict_with_export(self.model, ckpt_path)
+            except ValueError as error:
+                self._refuse(error)
         self.session = session = RunSession(self.subcommand)
+        run, seed = self.config_value(self.config_init, "run"), arguments.get("seed_everything")
         try:
-            ckpt_path = session.prepare(
-                self.config_value(self.config_init, "run"),
-                config,
-                arguments.get("ckpt_path"),
-                self.model,
-                arguments.get("seed_everything"),
-            )
+            ckpt_path = session.prepare(run, config, ckpt_path, self.model, seed)
             if self.subcommand == "fit":
                 dumped = yaml.safe_load(self.subcommand_parser("fit").dump(self.config["fit"], skip_none=False))
                 session.check_resume(dumped, self.project.links.values(), self.model)
@@ -206,37 +207,29 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
         self.session.end(None)
 
 
+def predict_with_export(model: pl.LightningModule, ckpt_path: str) -> str | None:
+    """``predict --ckpt_path <export folder>``: the model's forward becomes the folder's recommended file and no
+    checkpoint is loaded (``None``); any other ``ckpt_path`` is returned as it is. Raises ``ValueError`` for a folder
+    whose recommended file is missing."""
+    if not Path(ckpt_path).is_dir():
+        return ckpt_path
+    from ..tools.exported_model import is_export_folder, use_export  # only predict from a folder pays for it
+
+    if not is_export_folder(ckpt_path):
+        return ckpt_path
+    rank_zero_info(use_export(model, ckpt_path))
+    return None
+
+
 def discard_new_run(cli: ProjectCLI) -> None:
     """Removes the run directory the command created (nothing ran in it)."""
     if (session := getattr(cli, "session", None)) is not None:
         session.discard()
 
 
-def trainer_arguments(
-    config: dict[str, Any], session: RunSession, logger: Any, callbacks: list[pl.Callback]
-) -> dict[str, Any]:
-    """What the kit gives the Trainer beside the config's ``trainer`` keys: the run folder, the loggers placed in it,
-    the atomic checkpoint writer, and the callbacks every run gets (``always_on.py``) after the config's own."""
-    kit = kit_callbacks({**config, "logger": logger}, session.layout)
-    arguments = {
-        "default_root_dir": str(session.directory),  # everything the Trainer writes by itself goes there too
-        "logger": logger,
-        "plugins": with_atomic_checkpoint_io(config.get("plugins")),
-        "callbacks": [*as_list(config.get("callbacks")), *kit, *callbacks],
-    }
-    if config.get("enable_progress_bar") is None:  # null (the default): a bar on a terminal, none in CI or pipes
-        arguments["enable_progress_bar"] = interactive()
-    return arguments
-
-
 def refusal(error: BaseException) -> str:
     """The ``error:`` line's text for a refused value: which key holds it, and why."""
     return describe(error, {BestCheckpoint: "best_checkpoint", LastCheckpoint: "last_checkpoint"})
-
-
-def interactive() -> bool:
-    """Whether a person watches: stderr (where progress bars go) is a terminal and ``CI`` is not set."""
-    return sys.stderr.isatty() and os.environ.get("CI", "").lower() in {"", "0", "false"}
 
 
 def build_cli(
