@@ -81,14 +81,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         target = location(path)
+        self.saves.wait()  # the save in flight commits first: one snapshot in memory, files and record in order
         if not self._background:
-            self.saves.wait()  # the save in flight commits first: files and record in the order they were made
             self._write(checkpoint, target)
             return
-        self.saves.wait()  # one snapshot in host memory at a time
-        self.saves.raise_failure()
         snapshot = self._snapshots.take(checkpoint)
-        self.saves.start(lambda: self._write(snapshot, target))
+        self.saves.start(lambda: self._write(snapshot, target))  # raises the save before's failure, if it failed
 
     def _write(self, checkpoint: dict[str, Any], target: RunPath) -> None:
         """Refuses non-finite tensors, writes ``checkpoint`` to ``target`` (hashed as written), tells the listeners."""
