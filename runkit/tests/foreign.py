@@ -16,6 +16,8 @@
   ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` and stepped every step.
 - ``CompiledInSetup``: lightning-hydra-template's ``compile``: ``setup`` replaces the network by
   ``torch.compile(self.net)`` when fitting, so the run's checkpoints hold ``_orig_mod.`` keys.
+- ``CompiledBatchNorm``: ``CompiledInSetup`` with BatchNorm in its network, whose batch reductions a dynamic-shape
+  graph computes differently from a static one.
 - ``LoadedInEvalMode``: the classifier with its network loaded as ``from_pretrained`` returns one: in eval mode.
 - ``SAMModule``: sharpness-aware minimization as people copy it (davda54/sam's ``SAM`` optimizer) with manual
   optimization: two ``manual_backward`` passes a batch, ``first_step`` then ``second_step``, whose
@@ -157,6 +159,17 @@ class CompiledInSetup(HydraStyleModule):
     def setup(self, stage: str) -> None:
         if self.hparams.compile and stage == "fit":
             self.net = torch.compile(self.net)
+
+
+class CompiledBatchNorm(CompiledInSetup):
+    """The compiled classifier with BatchNorm after each hidden layer."""
+
+    def __init__(self, optimizer: OptimizerCallable = torch.optim.Adam, hidden: int = 32, compile: bool = True) -> None:
+        super().__init__(optimizer=optimizer, hidden=hidden, compile=compile)
+        self.net = nn.Sequential(
+            nn.Linear(8, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.BatchNorm1d(hidden),
+            nn.ReLU(), nn.Linear(hidden, 4),
+        )  # fmt: skip
 
 
 class LoadedInEvalMode(HydraStyleModule):

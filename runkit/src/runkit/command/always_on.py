@@ -48,7 +48,7 @@ def kit_callbacks(trainer_config: dict[str, Any], saved: DataLayout | None = Non
     callbacks += [outside, Preemption(outside)]
     callbacks.append(StopOnNonFinite())
     callbacks.append(EvalModeAtStart())  # a from_pretrained model trains in eval mode unless it is said
-    pass  # TEMP callbacks.append(DynamicBatchDim())  # a compiled network with a short last batch resumes exactly
+    callbacks.append(DynamicBatchDim())  # a compiled network with a short last batch resumes exactly
     callbacks.append(TrackedRun())  # checkpoints in the run folder whatever the logger; loggers flushed with them
     callbacks += [GradNormMonitor(), EpochMonitor(), EpochLine(), ThroughputMonitor(), MemoryBudget()]
     callbacks += unless_configured(as_list(trainer_config.get("callbacks")))
