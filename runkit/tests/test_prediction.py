@@ -203,3 +203,17 @@ def test_an_export_folder_without_its_recommended_file_is_named(exported_run: Pa
     chosen = json.loads((folder / "quantization.json").read_text())["recommended"]["file"]
     with pytest.raises(ValueError, match=rf"quantization\.json recommends {re.escape(chosen)}, which is not in"):
         exported_model.exported_file(folder)
+
+
+def test_the_predict_command_takes_an_export_folder_and_writes_its_outputs(
+    run_cli: Callable[..., object], exported_run: Path, lightning_log: list[str]
+) -> None:
+    # The command a team runs: `predict --ckpt_path <export folder>`, its predictions written as from a checkpoint.
+    run_cli("predict", *run_dir_flags(exported_run), f"--ckpt_path={exported_run / 'float'}", WRITER)
+    said = f"predict: runs {exported_run / 'float/model.pt2'} (torch.export)"
+    assert [line for line in lightning_log if line.startswith(said)] != []
+    (folder,) = (exported_run / "predictions").iterdir()
+    saved = torch.load(folder / "predictions.pt", weights_only=True)
+    best = exported_run / "checkpoints/best.ckpt"
+    eager = predictions(fixture_task.SequenceRegressor.load_from_checkpoint(best, weights_only=True))
+    torch.testing.assert_close(saved["outputs"], eager, atol=1e-5, rtol=1e-5)
