@@ -5,10 +5,12 @@ the URL, and no file of the run holds the secret key."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,3 +235,34 @@ def test_the_store_going_away_mid_run_ends_in_one_error_line(
     assert errors[0].endswith("continue with --ckpt_path last once the store answers")
     saved = _load(location(root) / "fixture" / "cut" / "checkpoints" / "last.ckpt")  # through the server itself
     assert saved["global_step"] in (1, 2)  # whole: the last save that reached the store
+
+
+def test_an_endpoint_that_is_not_s3_is_one_line_and_nothing_is_created(in_tmp: Path) -> None:
+    # An HTTP server that is no S3 server answers 404 to everything: botocore's `404 ... CreateBucket` came out raw,
+    # from s3fs making the bucket it did not find.
+    class NotS3(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self.send_error(404)
+
+        do_GET = do_PUT = do_POST = do_HEAD  # noqa: N815 (http.server's names)
+
+        def log_message(self, *args: object) -> None:
+            self.server.requests.append(self.command)  # type: ignore[attr-defined]
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotS3)
+    server.requests = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_MAX_ATTEMPTS": "1"}
+    try:
+        done = launch(PACKAGE, "fit", "--trainer.default_root_dir=s3://team/runs", cwd=in_tmp, env=env)
+    finally:
+        server.shutdown()
+    assert done.returncode == 2, done.stdout
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"error: trainer.default_root_dir: s3://team/runs: no bucket 'team' at {url}; create it (the kit creates none)"
+        " or fix its name"
+    ), done.stdout
+    requests = server.requests  # type: ignore[attr-defined]
+    assert requests, "the endpoint was never asked"
+    assert set(requests) <= {"HEAD", "GET"}, requests  # no PUT: no bucket made
