@@ -269,7 +269,10 @@ def test_cells_are_runs_the_table_averages_seeds_and_failed_cells_are_one_line_e
     Path("configs/broken.yaml").write_text(yaml.safe_dump({"model": {"init_args": {"hidden": 16}}}))
     code, _, err = sweep(cli, capsys, *args)
     assert code == 2
-    assert "started with another space, metric or fit config" in err
+    assert (
+        "error: sweep 'sweep' in runs/fixture/sweep/study.log was started with another grid, metric or fit config"
+        in err
+    )
     Path("configs/broken.yaml").write_text(yaml.safe_dump(PRESETS["broken.yaml"]))
     code, out, _ = sweep(cli, capsys, *args)
     assert code == 1
@@ -371,3 +374,23 @@ def test_the_table_of_a_running_sweep_shows_each_cell_where_it_stands(in_tmp: Pa
     if has_plot:  # the monitored metric per row, with error bars: a PNG image
         assert (SWEEP / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {running_name, failed_name, done_name} <= {c.name for c in grid.cells(list(axes))}
+
+
+def test_the_same_command_on_a_finished_sweep_trains_nothing_and_prints_the_table(
+    cli: ModuleType, presets: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--grid=configs/small.yaml,configs/wide.yaml", "--trainer.max_epochs=1"]
+    code, first, err = sweep(cli, capsys, *args)
+    assert code == 0, err[-3000:]
+    cells = {name: digest(SWEEP / name) for name in ("small", "wide")}
+
+    def no_workers(*args: object) -> int:
+        raise AssertionError("workers started for a finished sweep")
+
+    monkeypatch.setattr(submodule("search.sweep_command"), "run_workers", no_workers)
+    code, again, _ = sweep(cli, capsys, *args, "--workers=2")  # the workers are the command's, not the sweep's
+    assert code == 0
+    assert not [line for line in again.splitlines() if line.startswith("cell ")]
+    table = [line for line in again.splitlines() if line.startswith(("small ", "wide "))]
+    assert table == [line for line in first.splitlines() if line.startswith(("small ", "wide "))]
+    assert {name: digest(SWEEP / name) for name in ("small", "wide")} == cells

@@ -53,9 +53,10 @@ def start_study(plan: Plan, base: str) -> tuple[optuna.Study, optuna.storages.Ba
         if known is not None and known != fingerprint:
             before = _fit_before(plan, identity, known)
             if before is None or _canonical(before) != _canonical(fit):
+                name, what = ("sweep", "grid") if plan.kind == "sweep" else ("study", "space")
                 raise ValueError(
-                    f"study {plan.study_name!r} in {where} was started with another space, metric or fit config"
-                    f"{_differences(before, fit)}; give this search another --run.name"
+                    f"{name} {plan.study_name!r} in {where} was started with another {what}, metric or fit"
+                    f" config{_differences(before, fit)}; give this {plan.kind} another --run.name"
                 )
         if known != fingerprint:  # a new study, or this one's config in this spelling from now on
             study.set_user_attr("fingerprint", fingerprint)

@@ -76,7 +76,12 @@ def main(args: list[str], project: Project) -> None:
         flush=True,
     )
     try:
-        code = run_worker(plan, study, storage) if settings.workers == 1 else run_workers(plan, settings.workers, gpus)
+        if not _left(study, plan):  # every cell complete: no worker to start (each would import torch to find none)
+            code = 0
+        elif settings.workers == 1:
+            code = run_worker(plan, study, storage)
+        else:
+            code = run_workers(plan, settings.workers, gpus)
     except KeyboardInterrupt:
         code = INTERRUPTED_EXIT_CODE
     found = _report(plan, study)
@@ -237,6 +242,13 @@ def _retry_failed(plan: SweepPlan, study: optuna.Study, storage: optuna.storages
         for trial in failed:
             storages.retry(study, trial)
     return len(failed)
+
+
+def _left(study: optuna.Study, plan: SweepPlan) -> bool:
+    """Whether a cell is left to run: not started, queued, or running (on another worker, which may die)."""
+    trials = study.get_trials(deepcopy=False)
+    complete = {plan.cell_of(t.params).name for t in trials if t.state.name == "COMPLETE"}
+    return len(complete) < plan.trials
 
 
 def _base_config(parser: LightningArgumentParser, config: Namespace) -> str:
