@@ -188,6 +188,7 @@ def test_dry_run_prints_each_cell_s_fit_command_and_writes_nothing(
             ],
             "--grid: 1040 cells (40 x 26) is more than --max_cells 1000; give --max_cells 1040 to run them all",
         ),
+        (["--grid=seed_everything=1,2", "--table=true"], "no sweep 'sweep' in runs/fixture/sweep yet: run it without"),
     ],
     ids=[
         "missing-file",
@@ -200,6 +201,7 @@ def test_dry_run_prints_each_cell_s_fit_command_and_writes_nothing(
         "twice",
         "bad-preset",
         "too-many",
+        "no-table-yet",
     ],
 )
 def test_bad_input_is_one_error_line_before_any_cell_runs(
@@ -394,3 +396,16 @@ def test_the_same_command_on_a_finished_sweep_trains_nothing_and_prints_the_tabl
     table = [line for line in again.splitlines() if line.startswith(("small ", "wide "))]
     assert table == [line for line in first.splitlines() if line.startswith(("small ", "wide "))]
     assert {name: digest(SWEEP / name) for name in ("small", "wide")} == cells
+
+
+def test_without_optuna_the_sweep_is_one_line_naming_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else found(name, *a))
+    with pytest.raises(SystemExit) as exit_info:
+        submodule("search.sweep").main(["--grid=seed_everything=1,2"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: `sweep` needs Optuna: pip install the project's `search` extra (pip install -e '.[search]')\n"
+    )
