@@ -78,13 +78,15 @@ def _grads(optimizer: Optimizer) -> list[Tensor]:
 
 
 class OutputDtypeRecorder(pl.Callback):
-    """Records the dtype of the network's output (the logits) in every training step."""
+    """Records the dtype of the network's output (the logits) in every training step: the module's ``network``
+    attribute, or the module's own ``forward`` where it has none."""
 
     def __init__(self) -> None:
         self.dtypes: set[torch.dtype] = set()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        pl_module.network.register_forward_hook(lambda module, args, output: self.dtypes.add(output.dtype))
+        network = getattr(pl_module, "network", pl_module)
+        network.register_forward_hook(lambda module, args, output: self.dtypes.add(output.dtype))
 
 
 class GraphCounter(pl.Callback):
