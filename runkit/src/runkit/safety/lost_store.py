@@ -22,6 +22,11 @@ def lost_store(directory: RunPath, error: BaseException, subcommand: str) -> str
     else ``None``."""
     if not isinstance(directory, StorePath) or (cause := unreachable(error)) is None:
         return None
+    try:  # a write lost once (a reset upload) on a store that answers: the run ends as for any failed save
+        directory.exists()
+        return None
+    except Exception:  # whatever the client raises: the store does not answer
+        pass
     text = " ".join(str(cause).split()) or type(cause).__name__
     return (
         f"{directory}: the store{endpoint(directory)} stopped answering while {subcommand} ran ({text}); nothing"
