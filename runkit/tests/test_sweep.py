@@ -303,6 +303,13 @@ def test_a_sweep_yaml_holds_the_grid_and_what_every_cell_changes(
             }
         )
     )
+    code, shown, _ = sweep(cli, capsys, "--config=sweep.yaml", "--grid=seed_everything=3", "--dry_run=true")
+    assert code == 0
+    assert shown.splitlines()[1] == (
+        "note: sweep.yaml holds the sweep's own keys (grid, ...), which fit does not read: to paste a command, give it"
+        " a copy of that file without them"
+    )
+    assert len(shown.splitlines()) == 2 + 4
     code, _out, err = sweep(cli, capsys, "--config=sweep.yaml", "--grid=seed_everything=3")
     assert code == 0, err[-3000:]
     folder = SWEEP.with_name("presets")

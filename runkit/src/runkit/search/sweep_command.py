@@ -194,10 +194,31 @@ def _print_commands(plan: SweepPlan, args: list[str]) -> None:
     """``--dry_run true``: each cell's ``fit`` command, as one would type it (the cell's folder named)."""
     words = fit_words(args)
     print(f"sweep {plan.search_dir}: {plan.trials} cells; each runs:")
+    for path in _sweep_files(words):
+        print(
+            f"note: {path} holds the sweep's own keys (grid, ...), which fit does not read: to paste a command,"
+            " give it a copy of that file without them"
+        )
     for cell in cells([*plan.axes]):
         arguments = cell_arguments(plan.axes, dict(cell.labels), words)
         folder = [f"--trainer.default_root_dir={plan.search_dir.parent}", f"--run.experiment={plan.search_dir.name}"]
         print(f"{cell.name}: {shell_command(current().program, 'fit', *arguments, *folder, f'--run.name={cell.name}')}")
+
+
+def _sweep_files(words: list[str]) -> list[str]:
+    """The ``-c`` files among ``words`` that hold the sweep's own keys."""
+    found = []
+    for index, word in enumerate(words):
+        name, _, value = word.partition("=")
+        if name in ("-c", "--config"):
+            path = value or (words[index + 1] if index + 1 < len(words) else "")
+            try:
+                content = yaml.safe_load(Path(path).read_text())
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(content, dict) and set(content) & set(SETTINGS):
+                found.append(path)
+    return found
 
 
 def _show(plan: SweepPlan) -> int:
