@@ -4,6 +4,7 @@ runs one worker per task."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -15,13 +16,14 @@ import pytest
 import servers
 import torch
 import yaml
-from support import PACKAGE, ROOT, TEMPLATE
+from support import PACKAGE, ROOT, TEMPLATE, submodule
 
 from runkit.testing.faults import fault
 from runkit.testing.support import child_path, digest
 
 optuna = pytest.importorskip("optuna", reason="the sweep needs the project's `search` extra (Optuna)")
 COMPLETE = optuna.trial.TrialState.COMPLETE
+Plan = submodule("search.worker").Plan
 
 SWEEP = Path("runs/fixture/sweep")
 CELLS = ["small,seed_everything=1", "small,seed_everything=2", "wide,seed_everything=1", "wide,seed_everything=2"]
@@ -201,3 +203,25 @@ def test_the_slurm_array_script_runs_one_worker_per_task(presets: Path) -> None:
     ran = [len(completed_lines(f"task-{task}.log")) for task in range(3)]
     assert sum(ran) == len(CELLS)
     assert "job 4242 task 0" in Path("task-0.log").read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class DevicesSeen(Plan):
+    """A plan whose worker writes the GPUs its process was started with (its name, its pid) and exits."""
+
+    def open_study(self) -> tuple[object, object]:
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        Path(f"{self.study_name}-{os.getpid()}.seen").write_text(seen)
+        sys.exit(0)
+
+
+@pytest.mark.faults  # two spawned interpreters importing torch: 31 s at load 12
+def test_each_worker_process_starts_with_its_own_gpus(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No GPU needed: the share is the worker's environment from its start, which torch reads when it first uses CUDA.
+    launch = submodule("search.launch")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
+    settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {}, "project": None}
+    plan = DevicesSeen("probe", None, in_tmp, in_tmp / "base.yaml", (), "val/loss", "minimize", 1, **settings)
+    assert launch.run_workers(plan, 2, ["3", "5", "6"]) == 0
+    assert sorted(path.read_text() for path in in_tmp.glob("probe-*.seen")) == ["3", "5"]  # one GPU each, never shared
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,5,6"  # this process's own, as it was
