@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
+import signal
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -416,3 +418,30 @@ def test_without_optuna_the_sweep_is_one_line_naming_the_extra(
     assert capsys.readouterr().err == (
         "error: `sweep` needs Optuna: pip install the project's `search` extra (pip install -e '.[search]')\n"
     )
+
+
+def test_a_sigterm_before_a_cell_s_fit_is_ready_stops_that_cell_at_its_first_step_saved(
+    cli: ModuleType, presets: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's SIGTERM handler holds a signal that comes while a cell's config is parsed and its model built;
+    # the cell then trained to its end (an hour, on real runs) before the worker exited 143.
+    cell = submodule("search.cell")
+    real = cell.fit_trial
+
+    def sigterm_first(*args: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # lands in the worker's handler: no fit handler yet
+        real(*args)
+
+    monkeypatch.setattr(cell, "fit_trial", sigterm_first)
+    args = ["--grid=configs/small.yaml,configs/wide.yaml", "--trainer.max_epochs=2"]
+    code, out, _ = sweep(cli, capsys, *args)
+    assert code == 143
+    (stopped,) = [line.split()[1] for line in out.splitlines() if line.endswith("it resumes when the sweep runs again")]
+    last = torch.load(SWEEP / stopped / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 0  # at its first safe point, before any of its steps
+    monkeypatch.setattr(cell, "fit_trial", real)
+    code, out, _ = sweep(cli, capsys, *args)
+    assert code == 0
+    assert sorted(path.name for path in SWEEP.iterdir() if path.is_dir()) == ["small", "wide"]
+    sessions = yaml.safe_load((SWEEP / stopped / "provenance.yaml").read_text())["sessions"]
+    assert [session["status"] for session in sessions] == ["preempted", "finished"]  # resumed, not started over

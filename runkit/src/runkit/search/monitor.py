@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import optuna
 from lightning.pytorch.loggers import TensorBoardLogger
+
+from ..safety.signals import STOP
 
 
 class MetricNotLoggedError(ValueError):
@@ -48,6 +52,14 @@ class TrialMonitor(pl.Callback):
         self.pruned = False
         self.exception: BaseException | None = None
         self._pending: float | None = None  # the newest validation value, reported at the end of its epoch
+        # The worker's SIGTERM request (worker._StopRequest), which holds a SIGTERM until the fit installs its handler.
+        self._requested: threading.Event | None = getattr(signal.getsignal(signal.SIGTERM), "requested", None)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # A SIGTERM that came after the worker took this trial and before the fit's handlers were in place (its
+        # config parsed, its model built) stops it at its first step, saved, rather than after the whole run.
+        if self._requested is not None and self._requested.is_set() and STOP.pending is None:
+            STOP.pending = signal.SIGTERM
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
