@@ -141,6 +141,26 @@ def test_a_group_sigterm_stops_every_cell_and_the_same_command_finishes_the_swee
 
 
 @pytest.mark.faults
+def test_a_killed_worker_s_cell_is_run_again_from_its_last_checkpoint(presets: Path) -> None:
+    sweep = start(*GRID, *LONGER, "--workers=2")
+    pattern = [SWEEP / cell / "checkpoints" / "last.ckpt" for cell in CELLS]
+    wait_for(sweep, "a cell's first last.ckpt", lambda: any(path.is_file() for path in pattern))
+    (cell,) = [path.parent.parent.name for path in pattern if path.is_file()][:1]
+    trial = next(t for t in study().get_trials() if t.user_attrs.get("cell") == cell)
+    worker = trial.system_attrs["heartbeat"]["pid"]
+    assert worker != sweep.pid
+    os.kill(worker, signal.SIGKILL)  # a lost machine: no save, its cell left running in the study
+    code, out = finish(sweep, "the sweep to run the killed worker's cell again and finish")
+    assert code == 0, out[-3000:]
+    assert "died (SIGKILL)" in out
+    assert complete_cells() == sorted(CELLS)  # every cell complete once
+    failed = [t for t in study().get_trials() if t.user_attrs.get("cell") == cell and t.state.name == "FAIL"]
+    assert len(failed) == 1  # the killed run, marked failed when its worker was found gone, then run again
+    log = (SWEEP / cell / "fit.log").read_text()
+    assert f"Restored all states from the checkpoint at {SWEEP / cell / 'checkpoints' / 'last.ckpt'}" in log
+
+
+@pytest.mark.faults
 def test_two_workers_started_apart_share_one_sweep_in_postgresql(presets: Path) -> None:
     with servers.postgres() as url:
         # Cells of a few seconds (32 steps, 0.3 s each), so the second command, started after the first cell, finds
