@@ -27,7 +27,7 @@ from support import CONFIGS, PACKAGE
 from torch.utils.data import DataLoader, Dataset
 
 from runkit.safety.digests import KEY
-from runkit.safety.elastic import DataLayout, kept_batch_line, not_elastic, resume_line
+from runkit.safety.elastic import DataLayout, kept_batch_line, not_elastic, resume_line, saved_layout
 from runkit.safety.resumable_data import make_resumable
 from runkit.testing.faults import fault
 from runkit.testing.support import assert_identical, last_checkpoint, launch, refused, run_dir_flags
@@ -306,18 +306,24 @@ def test_two_processes_resume_bit_exactly_with_another_worker_count(tmp_path: Pa
 
 
 def test_a_resume_asking_for_another_batch_says_it_keeps_the_runs_one() -> None:
-    on_two = DataLayout((16,), processes=2, per_sample=True)
-    assert resume_line(DataLayout((16,), 1, True), on_two, [], 0, asked=[16]).endswith(
-        "; the train loader's batch_size 16 is not used: a run keeps its global batch (the saved position and the"
+    unused = (
+        "the train loader's batch_size 7 is not used: a run keeps its global batch (the saved position and the"
         " schedule count its batches); to train with another, start a run without --ckpt_path"
     )
-    assert "not used" not in resume_line(DataLayout((16,), 1, True), on_two, [], 0, asked=[8])
-    assert kept_batch_line(DataLayout((16,), 1, True), [16]) is None
-    assert kept_batch_line(DataLayout((16,), 1, True), [7]) == (
-        "Resumed on 1 process(es) with the run's global batch 16 (16 per process); the train loader's batch_size 7 is"
-        " not used: a run keeps its global batch (the saved position and the schedule count its batches); to train"
-        " with another, start a run without --ckpt_path"
+    on_one, on_two = DataLayout((16,), 1, True, asked=(16,)), DataLayout((16,), 2, True)
+    assert resume_line(on_one, on_two, [], 0, asked=[7]).endswith(f"; {unused}")  # another count: 8 per process
+    assert "not used" not in resume_line(on_one, on_two, [], 0, asked=[16])  # the config's own 16: said as 8 each
+    assert kept_batch_line(on_one, on_one, [16]) is None
+    assert kept_batch_line(on_one, on_one, [7]) == (
+        f"Resumed on 1 process(es) with the run's global batch 16 (16 per process); {unused}"
     )
+    # Resumed 1 -> 2 once, then 2 -> 2 with the config's 16: the run's loaders asked 16, it was not changed.
+    resumed_on_two = DataLayout((16,), 2, True, asked=(16,))
+    assert kept_batch_line(resumed_on_two, on_two, [16]) is None
+    assert "batch_size 7 is not used" in str(kept_batch_line(resumed_on_two, on_two, [7]))
+    state = resumed_on_two.state()  # recorded in checkpoints (plain lists: weights_only)
+    assert state == {"global_batches": [16], "processes": 2, "per_sample": True, "asked": [16]}
+    assert saved_layout({"callbacks": {"ExactResume": {"rng": [{}], "data": state}}}) == resumed_on_two
 
 
 @pytest.mark.faults  # ~60 s on 2 loaded cores: three runs of one process (make test has the line's unit test above)
@@ -338,6 +344,7 @@ def test_a_resume_with_another_batch_size_keeps_the_runs_global_batch_and_says_s
     )
     reference = tmp_path / "reference"
     reference.mkdir()
+    assert last_checkpoint(run)["callbacks"]["ExactResume"]["data"]["asked"] == [16]  # the run's own, for the next
     uninterrupted = straight(reference, 1)
     assert_same_samples(tmp_path, reference)
     assert max_weight_difference(run, uninterrupted) == 0.0

@@ -50,10 +50,12 @@ class DataLayout:
     global_batches: tuple[int | None, ...]  # samples per step of each train loader, over all processes (None: kept)
     processes: int  # the processes that trained the run when this was recorded
     per_sample: bool  # augmentation seeded per sample (elastic); checkpoints of runkit 0.1 seeded it per batch
+    asked: tuple[int | None, ...] = ()  # the batch size each train loader asked for (its config's), before the kit's
 
     def state(self) -> dict[str, Any]:
         """What the checkpoint stores (numbers and lists: it loads with ``weights_only=True``)."""
-        return {"global_batches": list(self.global_batches), "processes": self.processes, "per_sample": self.per_sample}
+        batches, asked = list(self.global_batches), list(self.asked)
+        return {"global_batches": batches, "processes": self.processes, "per_sample": self.per_sample, "asked": asked}
 
     def per_process(self, processes: int) -> list[int | None]:
         """The batch size of each train loader on ``processes`` processes (checked by ``check_processes`` first)."""
@@ -68,7 +70,8 @@ def saved_layout(checkpoint: dict[str, Any]) -> DataLayout | None:
     data = state.get("data")
     if data is None:  # runkit 0.1: one RNG state per process, augmentation seeded per batch
         return DataLayout((), processes=len(state["rng"]), per_sample=False)
-    return DataLayout(tuple(data["global_batches"]), int(data["processes"]), bool(data["per_sample"]))
+    asked = tuple(data.get("asked") or ())  # recorded since runkit 0.2's field round three
+    return DataLayout(tuple(data["global_batches"]), int(data["processes"]), bool(data["per_sample"]), asked)
 
 
 def check_processes(layout: DataLayout, processes: int, checkpoint: str) -> None:
@@ -133,30 +136,36 @@ def resume_line(
             f"; the model's {dropout} dropout layer(s) draw from each process's own RNG, so their masks (not the data)"
             " differ from an uninterrupted run's"
         )
-    return f"{line}; {unused}" if (unused := not_used(asked, layout)) else line
+    return f"{line}; {unused}" if (unused := not_used(asked, saved, layout)) else line
 
 
-def kept_batch_line(layout: DataLayout, asked: Sequence[int | None]) -> str | None:
+def kept_batch_line(saved: DataLayout, layout: DataLayout, asked: Sequence[int | None]) -> str | None:
     """The one line a resume on the same number of processes prints where a train loader asked for another batch size
     than the run's (``--data.init_args.batch_size 7``): which batch it trains with, and why; ``None`` where none did."""
-    if not (unused := not_used(asked, layout)):
+    if not (unused := not_used(asked, saved, layout)):
         return None
     return f"Resumed on {layout.processes} process(es) with the run's global batch {_batches(layout)}; {unused}"
 
 
-def not_used(asked: Sequence[int | None], layout: DataLayout) -> str:
-    """What a resume says of the per-process batch sizes the train loaders ``asked`` for, other than the ones that keep
-    the run's global batch on ``layout.processes`` (``""``: none)."""
-    kept = layout.per_process(layout.processes)
-    other = [
-        str(wanted) for wanted, size in zip(asked, kept, strict=False) if None not in (wanted, size) and wanted != size
-    ]
+def not_used(asked: Sequence[int | None], saved: DataLayout, layout: DataLayout) -> str:
+    """What a resume says of the per-process batch sizes the train loaders ``asked`` for that it does not use, where
+    they differ from what the run's loaders asked for (``run_asked``): a batch size changed for the resume, not the
+    config's own on another process count (``""``: none)."""
+    kept, before = layout.per_process(layout.processes), run_asked(saved)
+    rows = zip(asked, kept, [*before, *[None] * len(asked)], strict=False)
+    other = [str(wanted) for wanted, size, was in rows if None not in (wanted, size) and wanted not in (size, was)]
     if not other:
         return ""
     return (
         f"the train loader's batch_size {', '.join(other)} is not used: a run keeps its global batch (the saved"
         " position and the schedule count its batches); to train with another, start a run without --ckpt_path"
     )
+
+
+def run_asked(saved: DataLayout) -> tuple[int | None, ...]:
+    """The batch sizes the run's train loaders asked for (its config's): as recorded, or for a checkpoint that did not
+    record them, the per-process batches it trained with."""
+    return saved.asked or tuple(saved.per_process(saved.processes))
 
 
 def _batches(layout: DataLayout) -> str:

@@ -33,7 +33,9 @@ from .elastic import (
     dropout_layers,
     kept_batch_line,
     not_elastic,
+    not_used,
     resume_line,
+    run_asked,
     saved_layout,
 )
 from .resumable_data import ResumableLoader, is_stateful, make_resumable, mid_epoch_resume
@@ -154,7 +156,11 @@ class ExactResume(Callback):
             else None
             for loader in flattened
         )
-        self.layout = DataLayout(batches, processes, per_sample)
+        saved = self.saved
+        layout = DataLayout(batches, processes, per_sample, tuple(asked))
+        if saved is not None and not_used(asked, saved, layout):  # the run's own sizes stay its record, not those
+            layout = DataLayout(batches, processes, per_sample, run_asked(saved))
+        self.layout = layout
         reasons = not_elastic(flattened, kept, sharded_by_user)
         if not per_sample:
             reasons.append("the run started under runkit 0.1, which seeds augmentation per batch")
@@ -163,12 +169,11 @@ class ExactResume(Callback):
             "per_process_batch": [loader.batch_size for loader in flattened if isinstance(loader, ResumableLoader)],
             "elastic": "not elastic: " + "; ".join(reasons) if reasons else "yes",
         }
-        saved = self.saved
         if saved is not None and saved.processes != processes:
             line = resume_line(saved, self.layout, reasons, dropout_layers(trainer.lightning_module), asked)
             self.facts["resumed_from_processes"] = saved.processes
             (rank_zero_warn if reasons else rank_zero_info)(line)
-        elif saved is not None and (line := kept_batch_line(self.layout, asked)):
+        elif saved is not None and (line := kept_batch_line(saved, self.layout, asked)):
             rank_zero_info(line)
 
     @staticmethod
