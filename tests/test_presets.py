@@ -50,5 +50,21 @@ def test_preset_bakes(tmp_path: Path, preset: Path) -> None:
     if "{{" not in answers["package_name"]:
         assert (project / "src" / answers["package_name"] / "cli.py").is_file()
     (runkit,) = [line for line in meta["dependencies"] if line.startswith("runkit")]
-    wanted = {"index": "runkit>=0.2,<0.3", "auto": f"runkit @ {ROOT.as_uri()}/runkit"}
+    wanted = {"index": "runkit>=0.2,<0.3", "auto": auto_requirement()}
     assert runkit == wanted.get(answers["runkit_requirement"], answers["runkit_requirement"])
+
+
+def auto_requirement() -> str:
+    """What ``auto`` names, baked from this checkout: its folder, or, in a clone whose remote has its commit (a CI
+    checkout), that remote's git URL at the commit (tests/test_runkit_requirement.py tests both ways)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "HEAD")
+    refs = git("for-each-ref", "--contains", head, "--format=%(refname)", "refs/remotes") if head else ""
+    if not refs:
+        return f"runkit @ {ROOT.as_uri()}/runkit"
+    url = git("remote", "get-url", refs.splitlines()[0].removeprefix("refs/remotes/").split("/")[0])
+    url = Path(url).resolve().as_uri().replace("file:///", "file://localhost/") if "://" not in url else url
+    return f"runkit @ git+{url}@{head}#subdirectory=runkit"
