@@ -165,7 +165,7 @@ def test_ci_pre_commit_and_the_dev_extra_run_one_ruff(baked: Baked) -> None:
     assert [requirement for requirement in dev if requirement.startswith("ruff")] == [f"ruff=={version}"]
 
 
-@pytest.mark.parametrize("script", ["scripts/torchrun.sh", "scripts/slurm.sbatch"])
+@pytest.mark.parametrize("script", ["scripts/torchrun.sh", "scripts/slurm.sbatch", "scripts/sweep.sbatch"])
 def test_launch_scripts_are_valid_executable_bash(baked: Baked, script: str) -> None:
     path = baked() / script
     assert os.access(path, os.X_OK)

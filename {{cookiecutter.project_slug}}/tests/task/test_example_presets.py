@@ -22,6 +22,7 @@ NOT_FIT_ALONE = {
     "example/model": "the starting config of `model`: every command without a model class runs it",
     "example/data": "the starting config of `data`: every command without a data class runs it",
     "example/search": "a `search` config: test_search_space_names_keys_of_the_example_s_config",
+    "example/sweep": "a `sweep` config: test_the_sweep_s_cells_are_the_example_s_presets_and_seeds",
     "example/image_folder": "needs a folder: test_image_folder.py trains it",
     "example/fsdp": "GPUs only: test_fsdp.py parses it, and trains it on a GPU",
     "example/compile": "compiles for ~25 s cold on a CPU (make test-gpu compiles the example on CUDA)",
@@ -73,3 +74,16 @@ def test_search_space_names_keys_of_the_example_s_config(cli: ModuleType, in_tmp
     assert search["space"]
     assert sorted(set(search["space"]) - keys) == []  # a key the config lacks would be refused by `search`
     assert not Path("runs").exists()
+
+
+def test_the_sweep_s_cells_are_the_example_s_presets_and_seeds(
+    cli: ModuleType, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("optuna", reason="`sweep` needs the project's `search` extra")
+    monkeypatch.chdir(CONFIGS.parent)  # its grid names presets as a command in the project's folder does
+    with pytest.raises(SystemExit) as done:  # --dry_run: every file and key checked, each cell's command printed
+        cli.main(["sweep", "--config=configs/example/sweep.yaml", "--dry_run=true"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0, err[-2000:]
+    cells = [line.split(":")[0] for line in out.splitlines() if " fit --config=configs/example/" in line]
+    assert cells == [f"{net},seed_everything={seed}" for net in ("model", "transformer") for seed in (1, 2, 3)]
