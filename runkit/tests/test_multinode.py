@@ -23,6 +23,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.faults  # make test-faults: make test keeps runkit's one-node DDP tests (test_ddp.py)
 @pytest.mark.slow
 def test_two_torchrun_nodes_match_two_processes_on_one_node(in_tmp: Path) -> None:
     # One thread per process in both runs: Lightning gives each process cpus / local processes threads,
