@@ -185,6 +185,7 @@ def postgres() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.faults  # make test-faults: a PostgreSQL server; the journal file's workers stay in make test
 @pytest.mark.slow
 def test_workers_on_two_machines_join_one_study_in_postgresql(space: Path, postgres: str) -> None:
     # Two commands with run directories of their own stand for two machines; the study's name joins them.
