@@ -76,3 +76,22 @@ def test_a_module_whose_manual_steps_lightning_counts_is_not_said(caplog: pytest
     assert trainer.global_step == 4
     assert watch.found is False
     assert SAID not in caplog.text
+
+
+@pytest.mark.faults  # 2 DDP processes, three runs: minutes on this machine
+def test_sam_under_two_ddp_processes_stops_at_a_batch_boundary_and_resumes_exactly(in_tmp: Path) -> None:
+    ddp = [*SAM, "--trainer.devices=2", "--trainer.strategy=ddp"]
+    straight, stopped = in_tmp / "runs/foreign/straight", in_tmp / "runs/foreign/stopped"
+    done = launch(PACKAGE, "fit", *run_dir_flags(straight), *ddp, cwd=in_tmp)
+    assert done.returncode == 0, done.stdout[-3000:]
+    signal_group = fault("SignalFromOutside", phase="train", signum=int(signal.SIGTERM), target="group", step=0)
+    done = launch(PACKAGE, "fit", *run_dir_flags(stopped), *ddp, signal_group, cwd=in_tmp, wrapper=("setsid",))
+    assert done.returncode == 143, done.stdout[-3000:]
+    assert done.stdout.count(SAID) == 1, done.stdout[-3000:]  # rank 0 says it
+    assert batches_done(stopped) == 1  # every rank stopped after the same batch, not at the epoch's end (4)
+    resume = ["-c", str(stopped / "config.yaml"), "--ckpt_path=last", "--trainer.callbacks=[]"]
+    done = launch(PACKAGE, "fit", *resume, cwd=in_tmp)
+    assert done.returncode == 0, done.stdout[-3000:]
+    expected, resumed = last_checkpoint(straight), last_checkpoint(stopped)
+    for key in EXACT:
+        assert_identical(resumed[key], expected[key], key)
