@@ -118,6 +118,13 @@ def baked(tmp_path: Path) -> Callable[..., Path]:
     return lambda **answers: bake(tmp_path, **answers)
 
 
+@pytest.fixture(scope="session")
+def default_bake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default answers' project, baked once per test process, for the tests that only read it (a test that writes
+    into a project, a cache or a run included, bakes its own with ``baked``)."""
+    return bake(tmp_path_factory.mktemp("default-bake"))
+
+
 def editable_source(distribution: str) -> str | None:
     """The source folder of an editable install of ``distribution`` in this environment, if there is one."""
     importlib.invalidate_caches()

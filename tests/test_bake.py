@@ -106,11 +106,14 @@ def files_of(project: Path) -> set[str]:
 
 
 def ruff(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ruff", *args], cwd=project, capture_output=True, text=True)
+    """ruff on ``project``, leaving no cache in it (a bake may be shared: ``default_bake``)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--no-cache"], cwd=project, capture_output=True, text=True
+    )
 
 
-def test_default_bake_has_the_expected_files(baked: Callable[..., Path]) -> None:
-    project = baked()
+def test_default_bake_has_the_expected_files(default_bake: Path) -> None:
+    project = default_bake
     assert project.name == "image-classifier"
     assert files_of(project) == {name.format(pkg="image_classifier") for name in EXPECTED_FILES}
 
@@ -125,8 +128,8 @@ def test_every_template_file_is_expected() -> None:
 
 
 @pytest.mark.parametrize("answers", [{}, NON_DEFAULT], ids=["defaults", "non-default"])
-def test_no_jinja_left_and_ruff_clean(baked: Callable[..., Path], answers: dict[str, str]) -> None:
-    project = baked(**answers)
+def test_no_jinja_left_and_ruff_clean(baked: Callable[..., Path], default_bake: Path, answers: dict[str, str]) -> None:
+    project = baked(**answers) if answers else default_bake
     for name in files_of(project):
         text = (project / name).read_text(encoding="utf-8")
         assert not LEFTOVER_JINJA.search(text), f"unrendered Jinja in {name}"
@@ -143,10 +146,10 @@ def class_paths(project: Path) -> dict[str, list[str]]:
     }
 
 
-def test_two_projects_name_runkits_classes_alike(baked: Callable[..., Path], tmp_path: Path) -> None:
+def test_two_projects_name_runkits_classes_alike(default_bake: Path, tmp_path: Path) -> None:
     # Configs, search results and checkpoints' hyperparameters travel between projects: runkit's classes are
     # runkit.X in every one; only the example's own classes carry the package's name.
-    first, second = baked(), bake(tmp_path / "other", project_name="Other Thing")
+    first, second = default_bake, bake(tmp_path / "other", project_name="Other Thing")
     paths = {
         package: class_paths(project) for package, project in (("image_classifier", first), ("other_thing", second))
     }

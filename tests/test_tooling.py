@@ -41,8 +41,8 @@ def run_commands(project: Path) -> list[str]:
     return [step["run"] for job in workflow(project)["jobs"].values() for step in job["steps"] if "run" in step]
 
 
-def test_workflow_parses_and_has_its_jobs(baked: Baked) -> None:
-    ci = workflow(baked())
+def test_workflow_parses_and_has_its_jobs(default_bake: Path) -> None:
+    ci = workflow(default_bake)
     triggers = ci[True]  # YAML 1.1 reads the key `on` as true
     assert {"push", "pull_request", "schedule"} <= set(triggers)
     assert "labeled" in triggers["pull_request"]["types"]  # labelling a pull request `gpu` starts the GPU job
@@ -53,8 +53,8 @@ def test_workflow_parses_and_has_its_jobs(baked: Baked) -> None:
     assert jobs["test"]["runs-on"] == "ubuntu-latest"
 
 
-def test_workflow_commands_exist_in_the_project(baked: Baked) -> None:
-    project = baked()
+def test_workflow_commands_exist_in_the_project(default_bake: Path) -> None:
+    project = default_bake
     targets = makefile_targets(project)
     used = set()
     for command in run_commands(project):
@@ -80,9 +80,9 @@ def test_workflow_tests_on_the_oldest_supported_python(baked: Baked, tmp_path: P
     assert output.read_text() == f"version={python_version}\n"
 
 
-def test_workflow_tests_with_every_extra(baked: Baked) -> None:
+def test_workflow_tests_with_every_extra(default_bake: Path) -> None:
     """No test skips in CI for a missing extra (the trackers' presets, the finder's plot); CPU-only torch."""
-    project = baked()
+    project = default_bake
     steps = workflow(project)["jobs"]["test"]["steps"]
     runs = [shlex.split(step["run"]) for step in steps if "run" in step]
     (install,) = [words for words in runs if words[:2] == ["make", "install"]]
@@ -96,8 +96,8 @@ def test_workflow_tests_with_every_extra(baked: Baked) -> None:
     assert runs.index(install) < runs.index(["make", "test"])
 
 
-def test_makefile_help_lists_every_target(baked: Baked) -> None:
-    project = baked()
+def test_makefile_help_lists_every_target(default_bake: Path) -> None:
+    project = default_bake
     result = make(project)  # the default goal
     assert result.returncode == 0, result.stderr
     listed = set(re.findall(r"^  make (\S+)", result.stdout, re.MULTILINE))
@@ -133,8 +133,8 @@ def test_the_template_repository_is_ruff_clean() -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
-    project = baked()
+def test_pre_commit_hooks_and_the_files_they_check(default_bake: Path) -> None:
+    project = default_bake
     config = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())
     hooks = {hook["id"]: repo for repo in config["repos"] for hook in repo["hooks"]}
     expected = {"ruff-check", "ruff-format", "check-yaml", "check-toml", "end-of-file-fixer", "trailing-whitespace"}
@@ -151,8 +151,8 @@ def test_pre_commit_hooks_and_the_files_they_check(baked: Baked) -> None:
             tomllib.loads(text)
 
 
-def test_ci_pre_commit_and_the_dev_extra_run_one_ruff(baked: Baked) -> None:
-    project = baked()
+def test_ci_pre_commit_and_the_dev_extra_run_one_ruff(default_bake: Path) -> None:
+    project = default_bake
     pinned = re.search(r"^ruff==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
     assert pinned, "ruff is pinned in constraints.txt"
     version = pinned.group(1)  # the ruff that this repository's tests lint the bakes with
@@ -166,8 +166,8 @@ def test_ci_pre_commit_and_the_dev_extra_run_one_ruff(baked: Baked) -> None:
 
 
 @pytest.mark.parametrize("script", ["scripts/torchrun.sh", "scripts/slurm.sbatch", "scripts/sweep.sbatch"])
-def test_launch_scripts_are_valid_executable_bash(baked: Baked, script: str) -> None:
-    path = baked() / script
+def test_launch_scripts_are_valid_executable_bash(default_bake: Path, script: str) -> None:
+    path = default_bake / script
     assert os.access(path, os.X_OK)
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
     lines = path.read_text().splitlines()
