@@ -46,8 +46,8 @@ LONG = ("test_runkit_passes_its_whole_suite", "test_default_project_passes_its_w
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """runkit's suite and the generated project's whole suite (minutes each) first, one per `make test` worker."""
-    items.sort(key=lambda item: item.name not in LONG)
+    """runkit's suite (in parts) and the generated project's whole suite (minutes each) first."""
+    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONG)
 
 
 def bake(output_dir: Path, **answers: str) -> Path:
