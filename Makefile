@@ -49,8 +49,10 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
-# Two workers: runkit's suite and the generated project's (one test each, minutes) run beside the rest; idle ones
-# steal work.
+# Two workers, each taking the next test: runkit's suite (in 4 parts, tests/test_runkit.py) and the default project's
+# whole suite start first, then the rest; idle ones steal work. Left out, each with its own target: runkit's `faults`
+# tests (test-faults), the benchmark scripts (test-bench), GPU-only tests (test-gpu: they skip here), the stacks and
+# the installs (test-stacks, test-installs).
 test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
 	$(SERVERS) $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
 
