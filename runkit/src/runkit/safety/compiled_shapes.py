@@ -16,10 +16,10 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import CombinedLoader
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
-from lightning_utilities.core.apply_func import apply_to_collection
 from torch.utils.data import DataLoader
 
 
