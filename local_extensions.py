@@ -112,6 +112,9 @@ def _pin(clone: Path, checkout: object) -> str:
 
 
 def _git(repo: Path, *args: str) -> str:
-    """git's output in ``repo``; empty where git fails."""
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    """git's output in ``repo``; empty where git fails or is not installed."""
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    except OSError:  # no git: a local checkout is then named by its folder
+        return ""
     return done.stdout.strip() if done.returncode == 0 else ""
