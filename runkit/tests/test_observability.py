@@ -58,7 +58,7 @@ def test_fit_shows_the_run(
 
     # The LR preview of the same config is the schedule fit ran (LearningRateMonitor logs before each step).
     preview = cli.build_cli([], run=False)
-    rates = preview.trainer.schedule(preview.model, preview.datamodule)
+    rates = submodule("tools.schedule_preview").schedule(preview.trainer, preview.model, preview.datamodule)
     assert rates == pytest.approx([value for _, value in logged["lr-AdamW"]], rel=1e-6)
 
     # The summary has output shapes; the memory budget is printed, with exact parameter/gradient/AdamW rows.
