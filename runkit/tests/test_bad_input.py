@@ -582,7 +582,7 @@ def test_torchs_advice_to_turn_weights_only_off_is_never_passed_on() -> None:
         " set to `False` will likely succeed, but it can result in arbitrary code execution. Do it only if you got the"
         " file from a trusted source.\n\t(2) Alternatively, to load with `weights_only=True` ..."
     )
-    cleaned = submodule("bad_input").without_unsafe_advice(refused)
+    cleaned = submodule("foreign_messages").without_unsafe_advice(refused)
     assert "weights_only` set to `False`" not in cleaned
     assert "arbitrary code" not in cleaned
     assert cleaned.startswith("Weights only load failed.")

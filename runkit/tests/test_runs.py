@@ -209,16 +209,13 @@ def test_runs_skips_a_provenance_yaml_that_is_not_a_record_and_names_it(
 
 
 def test_every_printed_command_is_quoted_for_the_shell(
-    run_cli: Callable[..., object], capsys: pytest.CaptureFixture[str], lightning_log: list[str]
+    run_cli: Callable[..., object], run_process: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     # A run in `x y/ü z`: pasted into a shell, `runs`' command and the end-of-fit lines run it (each word one argument).
     run_dir = Path("x y/ü z/a b")
-    run_cli("fit", *run_dir_flags(run_dir), *SHORT)
-    printed = "\n".join(lightning_log).splitlines()
+    printed = run_process("fit", *run_dir_flags(run_dir), *SHORT).stdout.splitlines()
     closing = [line.split(":", 1)[1].strip() for line in printed if line.startswith(("  validate:", "  continue:"))]
-    capsys.readouterr()
-    runs.list_runs(root="x y")
-    command = capsys.readouterr().out.strip().splitlines()[-1].split("  ")[-1].strip()
+    command = run_process("runs", "--root", "x y").stdout.strip().splitlines()[-1].split("  ")[-1].strip()
     pasted = [shlex.split(line.replace(" --trainer.max_epochs <more>", "")) for line in [command, *closing]]
     assert [words[1:4] for words in pasted] == [
         ["validate", "-c", str(run_dir / "config.yaml")],
@@ -226,7 +223,7 @@ def test_every_printed_command_is_quoted_for_the_shell(
         ["fit", "-c", str(run_dir / "config.yaml")],
     ]
     validated = run_cli(*pasted[0][1:])
-    assert validated.trainer.ckpt_path == str(run_dir / "checkpoints" / "best.ckpt")
+    assert validated.trainer.ckpt_path == str(run_dir / "checkpoints" / "best.ckpt")  # type: ignore[attr-defined]
     tensorboard = next(line for line in printed if line.startswith("  TensorBoard:"))
     assert shlex.split(tensorboard.split(":", 1)[1]) == ["tensorboard", "--logdir", str(run_dir)]
 

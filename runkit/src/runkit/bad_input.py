@@ -21,7 +21,6 @@ problems, not input: they keep their traceback. ``JSONARGPARSE_DEBUG=1`` shows a
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import re
@@ -188,62 +187,18 @@ def refused_parse(config: Any) -> str | None:
         try:
             read_checkpoint(ckpt_path)
         except ValueError as error:
+            from .foreign_messages import without_unsafe_advice
+
             return without_unsafe_advice(str(error))
     return None
-
-
-_UNSAFE_ADVICE = re.compile(
-    r"\s*(?:\(1\) )?In PyTorch 2\.6, we changed the default value of the `weights_only` argument.*?trusted source\.|"
-    r"\s*Re-running `torch\.load` with `weights_only` set to `False`.*?trusted source\.",
-    re.DOTALL,
-)
-
-
-def without_unsafe_advice(message: str) -> str:
-    """``message`` without torch's advice to load a refused checkpoint with ``weights_only=False`` (which runs any code
-    the file holds: the kit never does, and never passes that advice on); a file torch takes for its legacy format
-    (which ``weights_only`` cannot read: torch < 1.6, or bytes that are no checkpoint at all, zeros) is said as such."""
-    cleaned = _UNSAFE_ADVICE.sub("", message)
-    if cleaned != message and "legacy .tar format" in cleaned:
-        cleaned += " (not a zip archive: a checkpoint of torch < 1.6, or no checkpoint at all; the kit reads only"
-        cleaned += " torch's zip format, without running code a file holds)"
-    return cleaned
-
-
-_NOT_A_SUBCLASS = re.compile(
-    r"(?:but |Import path )(?P<path>[\w.]+)(?: either not accessible or invalid)?.*?"
-    r"does not correspond to a subclass of (?P<base>\w+)"
-)
-
-
-def other_lightning(message: str) -> str | None:
-    """The line for a class jsonargparse refused as ``not a subclass of LightningModule`` (``LightningDataModule``,
-    ``Callback``) because it subclasses the ``pytorch_lightning`` package's: the same classes, another package than the
-    project's ``lightning.pytorch``, which it does not accept. ``None`` for any other message."""
-    found = _NOT_A_SUBCLASS.search(message)
-    if found is None:
-        return None
-    module, _, name = found["path"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-    bases = [base for base in getattr(cls, "__mro__", ()) if base.__module__.startswith("pytorch_lightning")]
-    if not bases:
-        return None
-    key = message.partition(":")[0]
-    where = inspect.getsourcefile(cls) or module
-    return (
-        f"{key}: {found['path']} subclasses pytorch_lightning's {found['base']}; this project uses lightning.pytorch"
-        f" (the same classes from the `lightning` package): in {where}, import `lightning.pytorch as pl` (or `from"
-        f" lightning.pytorch import {found['base']}`) instead of `pytorch_lightning`"
-    )
 
 
 class OneLineErrorParser(LightningArgumentParser):
     """Lightning's parser, whose errors are the ``tip:`` and one ``error:`` line."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        from .foreign_messages import other_lightning, without_unsafe_advice  # only a refused command needs them
+
         message = without_unsafe_advice(condense(message))
         super().error(other_lightning(message) or message, ex)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -20,12 +19,13 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..bad_input import BadInputError, folder_arguments
+from ..bad_input import BadInputError
 from ..lightning_internals import logged_names
 from ..safety.checkpoints import BestCheckpoint
 from ..safety.rendezvous import check_launcher
-from ..store import StoreError, check_root, location
-from ..writable import unwritable
+from .folder_checks import check_data_folders
+from .folder_checks import check_folder as check_folder  # where the command line and others import them from
+from .folder_checks import check_paths as check_paths
 
 # The LightningModule methods and loader hooks each subcommand calls (a loader may sit on the model instead).
 NEEDS: dict[str, tuple[tuple[str, ...], str | None]] = {
@@ -66,36 +66,6 @@ def check_trainer(trainer: pl.Trainer) -> None:
     check_launcher(trainer)  # a multi-node run needs a launcher; a stop signal ends its processes' meeting
 
 
-def check_paths(trainer: pl.Trainer) -> None:
-    """Refuses a ``default_root_dir``, logger folder or checkpoint folder that cannot be created or written."""
-    folders = {"trainer.default_root_dir": trainer.default_root_dir, "run directory": trainer.log_dir}
-    for callback in trainer.callbacks:  # type: ignore[attr-defined]
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            folders[f"{type(callback).__name__} dirpath"] = callback.dirpath
-    for key, folder in folders.items():
-        check_folder(key, folder)
-
-
-def check_folder(key: str, folder: str | Path | None) -> None:
-    """Refuses a folder (named by config ``key``) that cannot be created or written."""
-    if folder is None:
-        return
-    if "://" in str(folder):  # a store: its filesystem installed, its bucket there and answering
-        try:
-            check_root(location(folder))
-        except StoreError as error:
-            raise BadInputError(f"{key}: {error}") from None
-        return
-    path = Path(folder)
-    existing = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
-    if existing == path and not path.is_dir():
-        raise BadInputError(f"{key}: {path} is a file, not a folder")
-    if not existing.is_dir():
-        raise BadInputError(f"{key}: cannot create {path}: {existing} is a file, not a folder")
-    if reason := unwritable(existing):
-        raise BadInputError(f"{key}: cannot write in {existing} ({reason})")
-
-
 def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
     """Refuses a task that lacks a method or loader ``subcommand`` calls, naming the class and the method."""
     methods, loader = NEEDS.get(subcommand, ((), None))
@@ -115,17 +85,6 @@ def check_task(subcommand: str, model: pl.LightningModule, datamodule: pl.Lightn
                 f"data: {_data_name(model, datamodule)} has no predict_dataloader() and model: {type(model).__name__}"
                 " no example_input_array: `export` needs one of them for an input batch to trace"
             )
-
-
-def check_data_folders(datamodule: pl.LightningDataModule | None) -> None:
-    """Refuses a folder the data module is configured with (``data_dir``, any ``*_dir`` argument) that is a file, or
-    that does not exist and cannot be created: its data or cache goes there (``prepare_data``). One that exists is
-    left to the module: a read-only folder of data downloaded before is fine."""
-    if datamodule is None:
-        return
-    for name, folder in folder_arguments(datamodule).items():
-        if not folder.is_dir():
-            check_folder(f"data.init_args.{name}", folder)
 
 
 def check_monitor(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:

@@ -20,7 +20,8 @@ from itertools import count
 from typing import Any
 
 from ..project import Project, current
-from ..store import RunPath, StoreError, StorePath, check_root, location
+from ..store import RunPath, StoreError, StorePath, location
+from ..store_access import check_root
 from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"

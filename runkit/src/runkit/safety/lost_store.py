@@ -14,7 +14,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from ..store import RunPath, StorePath, endpoint, unreachable
+from ..store import RunPath, StorePath
+from ..store_access import endpoint, unreachable
 
 
 def lost_store(directory: RunPath, error: BaseException, subcommand: str) -> str | None:
