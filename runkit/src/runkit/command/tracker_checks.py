@@ -15,7 +15,8 @@ from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 
 from ..bad_input import BadInputError
 from ..credentials import masked, move_url_credentials
-from ..run.folders import RunDirectory, plan_run
+from ..project import current
+from ..run.folders import RunDirectory, plan_run, shell_command
 from ..run.records import read_record
 from ..store import is_remote
 from ..trackers.entries import LOCAL_STORE, class_of, configured_loggers, init_args, tracking_uri
@@ -130,7 +131,8 @@ def _check_id_is_this_runs(tracker: str, tracker_id: str, root: Path, run: Names
         if recorded.get(ID_KEYS[tracker]) == tracker_id and other.resolve() != own:
             raise BadInputError(
                 f"{KEY}.init_args.{ID_KEYS[tracker]}: {tracker_id!r} is the {tracker} run of {other}; resume that run"
-                f" (fit -c {other / 'config.yaml'} --ckpt_path last) or leave {ID_KEYS[tracker]} null"
+                f" ({shell_command(current().program, 'fit', '-c', other / 'config.yaml', '--ckpt_path', 'last')}) or"
+                f" leave {ID_KEYS[tracker]} null"
             )
 
 

@@ -12,6 +12,7 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 
 from ..project import current
+from ..run.folders import shell_command
 from ..store import RunPath, StorePath
 from ..subcommands import CommandLine
 
@@ -111,4 +112,4 @@ def write_preset(found: Found, header: str, overwrite: bool = False) -> None:
 def run_again(config: Namespace, preset: RunPath) -> str:
     """The command that trains with the preset: the config files this command was given, then the preset."""
     given = [str(path) for path in config.get("config") or []]
-    return " ".join([current().program, "fit", *[f"-c {path}" for path in given], f"-c {preset}"])
+    return shell_command(current().program, "fit", *[word for path in given for word in ("-c", path)], "-c", preset)
