@@ -133,7 +133,8 @@ def export_quantized(
             except (BoundError, RuntimeError) as error:
                 if options.mode != INT8:
                     raise
-                rejected[candidate.path.name] = str(error).removeprefix(f"{candidate.path}: ")
+                said = str(error).removeprefix(f"{candidate.path}: ").removeprefix(f"{candidate.path.name}: ")
+                rejected[candidate.path.name] = said
                 candidate.path.unlink()
                 continue
             entry["score"] = asdict(checked)
