@@ -161,7 +161,7 @@ def documented_install() -> list[str]:
 def assert_merged(project: Path) -> None:
     """The update merged: no conflict, no `.rej` file, nothing untracked (what it changed is staged)."""
     status = git(project, "status", "--porcelain", "--untracked-files=all").splitlines()
-    assert [line for line in status if line[:2] not in ("M ", "A ", "D ", " M")] == []
+    assert [line for line in status if line[:2] not in ("M ", "A ", "D ", "R ", " M")] == []  # R: a file it moved
     assert list(project.rglob("*.rej")) == []
 
 
