@@ -20,7 +20,8 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -70,6 +71,17 @@ class BackgroundSaves:
         """The failure of the last save, if any, taken (where it can no longer be raised: the run ends anyway)."""
         failure, self._failure = self._failure, None
         return failure
+
+
+@runtime_checkable
+class BackgroundWriter(Protocol):
+    """A checkpoint writer that saves in the background (``checkpoint_io.AtomicCheckpointIO``)."""
+
+    saves: BackgroundSaves
+
+    def in_background(self) -> AbstractContextManager[None]:
+        """Saves made inside this block write in the background."""
+        ...
 
 
 class Snapshots:
