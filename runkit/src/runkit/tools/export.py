@@ -97,7 +97,8 @@ def example_batch(
     if len(inputs) < 2:
         # torch.export specializes a dimension of size 0 or 1 to a constant: the batch would not stay dynamic.
         raise ValueError(f"the example input batch has {len(inputs)} sample(s): export needs at least 2")
-    return inputs.rows(slice(0, max_samples))
+    taken = inputs.rows(slice(0, max_samples))  # own storage: a program saves its sample inputs' whole storage
+    return ModelInputs(taken.names, tuple(tensor.clone() for tensor in taken.tensors), taken.keywords)
 
 
 def export_model(

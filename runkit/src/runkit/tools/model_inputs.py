@@ -109,4 +109,5 @@ def traceable(model: nn.Module, inputs: ModelInputs) -> tuple[nn.Module, object]
     batch = torch.export.Dim("batch")
     if len(inputs.names) == 1 and not inputs.keywords:
         return model, ({0: batch},)
-    return Positional(model, inputs), {"tensors": tuple({0: batch} for _ in inputs.names)}
+    wrapped = Positional(model, inputs).train(model.training)  # in eval mode when the model is
+    return wrapped, {"tensors": tuple({0: batch} for _ in inputs.names)}
