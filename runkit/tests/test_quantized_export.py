@@ -380,3 +380,16 @@ def test_int8_compiled_ahead_of_time(cli: ModuleType, run_dir: Path, in_tmp: Pat
     program = program_checks.load_program(in_tmp / "out/model.aoti.pt2")
     expected = program_checks.load_program(in_tmp / "out/model.pt2")(inputs)
     torch.testing.assert_close(program(inputs), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_int8_on_a_cuda_gpu_compiles_torchao_ahead_of_time(cli: ModuleType, run_dir: Path, in_tmp: Path) -> None:
+    export(cli, run_dir, in_tmp / "out", "--quantize=int8", "--quantize_device=cuda", "--formats=[torch_export]")
+    recorded = report(in_tmp / "out")
+    assert recorded["device"] == "cuda"
+    assert set(recorded["files"]) == {"model.pt2", "model.aoti.pt2", "model.int8_torchao.aoti.pt2"}, recorded
+    entry = recorded["files"]["model.int8_torchao.aoti.pt2"]
+    assert (entry["runtime"], entry["float_file"]) == ("aoti", "model.aoti.pt2")
+    assert entry["fresh_process_max_abs_diff"] <= 1e-4
+    assert 0 < entry["score"]["quantized_value"] <= 0.05
+    assert recorded["recommended"]["file"] in recorded["files"]
