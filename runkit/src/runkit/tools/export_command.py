@@ -18,6 +18,7 @@ from ..store import is_remote
 from .export import WRITTEN, Exported, check_formats, example_batch, export_dir, export_model, format_report
 from .export_lock import ExportLock
 from .program_checks import validation_batches
+from .quantization_report import format_quantization
 from .quantize import check_quantization
 from .quantized_export import (
     INT8,
@@ -25,7 +26,6 @@ from .quantized_export import (
     QuantizeOptions,
     check_quantized_formats,
     export_quantized,
-    format_quantization,
 )
 
 

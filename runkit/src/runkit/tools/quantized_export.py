@@ -24,8 +24,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
-import platform
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,9 +34,10 @@ from torch import nn
 
 from . import int8_paths
 from .model_inputs import ModelInputs, batch_inputs, traceable
-from .program_checks import Latency, Score, check_fresh_process, latencies, load_program, runtime, score
+from .program_checks import Score, check_fresh_process, latencies, load_program, runtime, score
+from .quantization_report import build_report
 from .quantize import MODES, quantize_model, tensor_bytes
-from .recommendation import latency_ratios, recommend
+from .recommendation import latency_ratios
 
 REPORT = "quantization.json"
 INT8 = "int8"  # measured: the int8 paths of the device
@@ -146,7 +145,7 @@ def export_quantized(
     _time(files, folder, inputs, options)
     for name, by_size in latency_ratios(files).items():
         files[name]["latency_ratio"] = {str(size): round(ratio, 4) for size, ratio in by_size.items()}
-    report = _report(options, layers, files, rejected)
+    report = build_report(options, layers, files, rejected)
     (folder / REPORT).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -259,70 +258,3 @@ def _weights_bytes(path: Path) -> int | None:
 def _file_bytes(path: Path) -> int:
     data = path.with_name(f"{path.name}.data")  # ONNX keeps large weights beside the model
     return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
-
-
-def _report(
-    options: QuantizeOptions,
-    layers: dict[str, dict[str, str]],
-    files: dict[str, dict[str, Any]],
-    rejected: dict[str, str],
-) -> dict[str, Any]:
-    return {
-        "mode": options.mode,
-        "device": options.device,
-        "bound": {"max_accuracy_drop": options.max_accuracy_drop, "max_output_error": options.max_output_error},
-        "recommended": recommend(files),
-        **layers,
-        "files": files,
-        "rejected": rejected,
-        "machine": {
-            "cpu": _cpu_name(),
-            "cores": os.cpu_count(),
-            "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name() if options.device == "cuda" else None,
-        },
-        "latency_repeats": options.latency_repeats,
-        "latency_threads": options.latency_threads or torch.get_num_threads(),
-    }
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def format_quantization(report: Mapping[str, Any]) -> str:
-    """What ``quantization.json`` holds, in lines: per file the score, the sizes, the latency; the files left out;
-    the float layers; last, the file to ship and why."""
-    lines = [
-        f"quantized {report['mode']} on {report['device']}; latency over {report['latency_repeats']} calls,"
-        f" {report['latency_threads']} thread(s), load average {report['machine']['load_average'][0]:.1f}:"
-    ]
-    for name, entry in report["files"].items():
-        text = f"  {name} ({entry['runtime']}, {entry['precision']}): {entry['file_bytes']:,} B"
-        if "score" in entry:
-            checked = Score(**entry["score"])
-            if checked.metric == "accuracy":
-                result = f"val accuracy {checked.quantized_value:.2f}% (float {checked.float_value:.2f}%)"
-            else:
-                result = f"relative RMS error {checked.quantized_value:.3g} against float on the validation set"
-            text += f" ({entry['file_ratio']:.2f}x {entry['float_file']}); {result}"
-        lines.append(text)
-        for row in entry["latency"]:
-            timed = Latency(**row)
-            ratio = entry["latency_ratio"][str(timed.batch_size)]
-            lines.append(
-                f"    batch {timed.batch_size:>2} {timed.median_ms:9.3f} ms (IQR {timed.q1_ms:.3f}-{timed.q3_ms:.3f})"
-                f" {ratio:.2f}x the fastest float"
-            )
-    lines += [f"  left out: {name}: {why}" for name, why in report["rejected"].items()]
-    lines += [f"  kept float: {name}: {why}" for name, why in report["kept_float"].items()]
-    lines.append(f"recommended: {report['recommended']['why']}")
-    return "\n".join(lines)
