@@ -200,7 +200,7 @@ def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line
     cli: ModuleType, in_tmp: Path, background: str
 ) -> None:
     """The save of step 6 fails: in the loop (``background false``) or in its thread, raised as the next batch
-    starts; either way the fit ends at step 6 with one line, and step 4's ``last.ckpt`` is intact."""
+    starts; either way the fit ends with one line, and step 4's ``last.ckpt`` is intact."""
     run_dir = in_tmp / "runs" / "fixture" / "broken"
     flags = [
         *run_dir_flags(run_dir),
@@ -221,7 +221,13 @@ def test_a_checkpoint_folder_that_becomes_unwritable_stops_the_run_with_one_line
     assert message.startswith(f"error: cannot write checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}:"), message
     assert "Not a directory" in message or "File exists" in message
     assert "\n" not in message
-    assert max(ReplaceCheckpointFolder.steps) == 6  # stopped at the step after the failed save
+    # In the loop, the save of step 6 fails at step 6; in the background, it is raised as the first batch after the
+    # failure starts, and at the latest by the next save (step 8), which waits for it: never later.
+    assert (
+        max(ReplaceCheckpointFolder.steps) == 6
+        if background == "false"
+        else 6 <= max(ReplaceCheckpointFolder.steps) <= 8
+    )
     saved = torch.load(run_dir / "checkpoints.saved" / "last.ckpt", weights_only=True)  # step 4: intact
     assert saved["global_step"] == 4
 

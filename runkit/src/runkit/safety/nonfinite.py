@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
+from .background_save import BackgroundWriter
 from .boundaries import StepBoundary
 from .checkpoints import checkpoint_dir
 from .finite import listed, nonfinite_names
@@ -94,6 +95,8 @@ class StopOnNonFinite(StepBoundary):
 
 def last_finite_state(trainer: pl.Trainer) -> str:
     """Which checkpoint of the run holds the last finite state: every checkpoint written was checked (finite)."""
+    if isinstance(writer := trainer.strategy.checkpoint_io, BackgroundWriter):
+        writer.saves.wait()  # a save in the background commits first: it is the last state
     folder = checkpoint_dir(trainer)
     steps = {}
     for name in ("last.ckpt", "best.ckpt"):
