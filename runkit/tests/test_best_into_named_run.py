@@ -28,4 +28,6 @@ def test_fit_from_best_into_a_new_named_run(
     assert digest(source) == before  # the run it came from is left as it was
     # Another subcommand reads a run by that name: one that does not exist is one line naming it.
     line = refused(capsys, lambda: run_cli("validate", "--ckpt_path=best", "--run.name=nowhere"))
-    assert line == "error: --ckpt_path best --run.name nowhere: runs/fixture has no run nowhere (`runs` lists the runs)"
+    assert line == (
+        "error: --ckpt_path best --run.name nowhere: runs/fixture has no run named 'nowhere' (`runs` lists the runs)"
+    )

@@ -303,7 +303,8 @@ def test_last_with_nothing_to_resume_starts_fresh_for_fit_and_exits_2_otherwise(
     with pytest.raises(SystemExit) as exit_info:
         run(cli, "validate", tmp_path / "run", "--ckpt_path=last")
     assert exit_info.value.code == 2
-    assert f"--ckpt_path last: no {tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().err
+    said = capsys.readouterr().err.splitlines()[-1]
+    assert said == f"error: --ckpt_path last --run.name run: {tmp_path} has no run named 'run' (`runs` lists the runs)"
     fitted = run(cli, "fit", tmp_path / "run", "--ckpt_path=last")
     assert fitted.trainer.global_step == 2 * STEPS_PER_EPOCH
     assert any("nothing to resume" in line and "starts from scratch" in line for line in lightning_log)

@@ -101,8 +101,8 @@ def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | N
             if named is not None and not named.exists():
                 nothing = f", and no run there has a {filename} to start from" if fitting else ""
                 raise ValueError(
-                    f"--ckpt_path {ckpt_path} --run.name {run.name}: {experiment_dir} has no run {run.name}{nothing}"
-                    " (`runs` lists the runs)"
+                    f"--ckpt_path {ckpt_path} --run.name {run.name}: {experiment_dir} has no run named"
+                    f" {run.name!r}{nothing} (`runs` lists the runs)"
                 )
             where = path or experiment_dir / "<run>" / CHECKPOINTS / filename
             raise ValueError(f"--ckpt_path {ckpt_path}: no {where} (has `fit` run with this config?)")
