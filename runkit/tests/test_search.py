@@ -343,3 +343,18 @@ def test_a_search_of_another_model_than_the_project_starts_from_writes_its_best_
     fitted = runkit.build_cli(["fit", f"--config={SEARCH / 'best.yaml'}", "--run.name=again"], project=project)
     assert type(fitted.model).__name__ == "CollectiveRegressor"
     assert float(fitted.trainer.checkpoint_callback.best_model_score) == load_study().best_value
+
+
+def test_a_study_started_before_a_key_was_added_is_the_same_config_with_that_key_at_its_default() -> None:
+    # A study's base.yaml written before runkit added `last_checkpoint.background` (0.2.0) is joined by the same
+    # command now, which holds the key at its default; another value of it is another config.
+    start = submodule("search.start")
+    before = {"last_checkpoint": {"every_n_train_steps": 5}, "trainer": {"max_epochs": 2}}
+    now = {"last_checkpoint": {"every_n_train_steps": 5, "background": True}, "trainer": {"max_epochs": 2}}
+    assert start._canonical(now) == start._canonical(before)
+    assert start._differences(before, now) == ""
+    synchronous = {**now, "last_checkpoint": {"every_n_train_steps": 5, "background": False}}
+    assert (
+        start._differences(before, synchronous)
+        == " (fit keys that differ from its base.yaml: last_checkpoint.background)"
+    )

@@ -2,8 +2,10 @@
 
 The same fit config may be spelled otherwise than when the study started, by an earlier runkit or an earlier
 template: class paths ``<package>.kit.X`` from before runkit was a library (``runkit.X`` now), ``best_checkpoint``'s
-``mode: max`` where the template now leaves it to the metric's name. The study is joined then too, checked against
-the ``base.yaml`` its last command wrote (which hashes to the study's fingerprint), and holds the new spelling's.
+``mode: max`` where the template now leaves it to the metric's name, a key a later runkit added with the value that
+changes nothing (``last_checkpoint.background``: a save in the background trains the same). The study is joined then
+too, checked against the ``base.yaml`` its last command wrote (which hashes to the study's fingerprint), and holds the
+new spelling's.
 """
 
 from __future__ import annotations
@@ -95,9 +97,19 @@ def _fit_before(plan: Plan, identity: dict[str, Any], known: str) -> Any:
     return before if _fingerprint(identity, before) == known else None
 
 
+ADDED_KEYS = {("last_checkpoint", "background"): True}
+"""Keys a later runkit added to every fit config, with the value that does what runs did before them: a study's
+base.yaml written before one was added holds the same config."""
+
+
 def _canonical(fit: Any) -> Any:
-    """``fit`` with runkit's class paths as runkit names them now, and ``best_checkpoint``'s mode as it ranks."""
+    """``fit`` with runkit's class paths as runkit names them now, ``best_checkpoint``'s mode as it ranks, and the keys
+    added since (``ADDED_KEYS``) left out where they hold the value that changes nothing."""
     fit = current_names(fit)
+    for (section, key), value in ADDED_KEYS.items():
+        part = fit.get(section) if isinstance(fit, dict) else None
+        if isinstance(part, dict) and key in part and part[key] == value:
+            fit = {**fit, section: {name: held for name, held in part.items() if name != key}}
     best = fit.get("best_checkpoint") if isinstance(fit, dict) else None
     arguments = best.get("init_args") if isinstance(best, dict) else None
     if isinstance(arguments, dict):
