@@ -1,10 +1,12 @@
-"""Which file of a quantized export to ship: the fastest int8 file that holds the accuracy bound, is smaller than the
-float file of its format and is faster than the fastest float file at every batch size timed; else the fastest
-float file. Never a slower file, never a bigger one, said in one line with the numbers.
+"""Which file of a quantized export to ship: among the int8 files that hold the accuracy bound, are no bigger than the
+float file of their format and are faster than the fastest float file at every batch size timed, the fastest (the
+geometric mean of its ratios over the batch sizes); else the fastest float file. Never a slower file, never a bigger
+one, said in one line with the numbers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,34 +29,35 @@ def recommend(files: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """``{"file", "runtime", "latency_ratio", "file_ratio", "score", "why"}`` for the file to ship.
 
     ``files``: file name -> its entry in ``quantization.json`` (``precision``, ``runtime``, ``latency`` rows, and for
-    an int8 file ``file_bytes``, ``float_file_bytes`` and ``score``). ``latency_ratio`` is the file's worst ratio
-    over the batch sizes timed against the fastest float file at each; ``file_ratio`` its whole size over the float
-    file of its format's.
+    an int8 file ``file_bytes``, ``float_file_bytes`` and ``score``). ``latency_ratio`` is the geometric mean of the
+    file's ratios against the fastest float file at each batch size timed; ``file_ratio`` its whole size over the
+    float file of its format's.
     """
     ratios = latency_ratios(files)
     worst = {name: max(by_size.values()) for name, by_size in ratios.items()}
+    mean = {name: math.prod(by_size.values()) ** (1 / len(by_size)) for name, by_size in ratios.items()}
     floats = [name for name, entry in files.items() if entry["precision"] == "float"]
     int8 = [name for name, entry in files.items() if entry["precision"] != "float"]
     if not floats:
         raise ValueError("recommend: no float file was timed to compare the int8 files with")
-    best_float = min(floats, key=worst.__getitem__)
+    best_float = min(floats, key=mean.__getitem__)
     faster = [name for name in int8 if worst[name] < 1 and _file_ratio(files[name]) <= 1]
     if faster:
-        chosen = min(faster, key=worst.__getitem__)
+        chosen = min(faster, key=mean.__getitem__)
         entry = files[chosen]
         sizes = ", ".join(f"{ratio:.2f}x at batch {size}" for size, ratio in sorted(ratios[chosen].items()))
         why = (
             f"ship {chosen} ({entry['runtime']}): {sizes} the time of the fastest float file,"
             f" {_file_ratio(entry):.2f}x the size of {entry['float_file']}, {_score_text(entry['score'])}"
         )
-        return _recommendation(chosen, entry, worst[chosen], _file_ratio(entry), entry["score"], why)
+        return _recommendation(chosen, entry, mean[chosen], _file_ratio(entry), entry["score"], why)
     entry = files[best_float]
     reasons = [_not_chosen(name, files[name], ratios[name]) for name in int8]
     sizes = ", ".join(f"{ratio:.2f}x at batch {size}" for size, ratio in sorted(ratios[best_float].items()))
     why = f"ship {best_float} ({entry['runtime']}, float: {sizes} the fastest float time)"
     held = f"no int8 file is faster and smaller ({'; '.join(reasons)})" if reasons else "no int8 file held its checks"
     why += f": {held}"
-    return _recommendation(best_float, entry, worst[best_float], 1.0, None, why)
+    return _recommendation(best_float, entry, mean[best_float], 1.0, None, why)
 
 
 def _recommendation(
