@@ -249,8 +249,8 @@ def test_a_vendored_project_moves_to_runkit_and_its_old_runs_keep_working(tmp_pa
 
         # The runs made before, with runkit.
         done = ["finished", "2", "8"]
-        searched = {"trial-000": done, "trial-001": done}  # `runs` lists a search's trials too
-        assert runs_table(project) == {"stopped": ["preempted", "1", "6"], "straight": done, **searched}
+        listed = {"trial-000": done, "trial-001": done}  # `runs` lists a search's trials too
+        assert runs_table(project) == {"stopped": ["preempted", "1", "6"], "straight": done, **listed}
         output = succeeds(command(project, "validate", "--ckpt_path", "best"))
         assert "the newest run with a best.ckpt is runs/debug/straight" in output
         assert metrics(output) == scored  # the same numbers, to the last digit printed
@@ -260,7 +260,7 @@ def test_a_vendored_project_moves_to_runkit_and_its_old_runs_keep_working(tmp_pa
         reference = torch.load(project / "runs/debug/straight/checkpoints/last.ckpt", weights_only=True)
         for key in EXACT:
             assert_identical(ours[key], reference[key], key)
-        assert runs_table(project) == {"stopped": done, "straight": done, **searched}
+        assert runs_table(project) == {"stopped": done, "straight": done, **listed}
         output = succeeds(command(project, *SEARCH_AFTER, "--trials", "3"))
         assert "3/3 done" in output
         continued = trials(project)

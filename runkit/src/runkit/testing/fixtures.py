@@ -81,11 +81,17 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def lightning_log() -> Iterator[list[str]]:
-    """Messages of Lightning's logger (it does not propagate to pytest's log capture)."""
+    """Messages of Lightning's logger (it does not propagate to pytest's log capture).
+
+    Also ``pytorch_lightning``'s: once a test imports that package (Lightning's former name), its ``rank_zero`` module
+    points the logger ``rank_zero_info`` writes to, shared through ``lightning_utilities``, at its own name.
+    """
     lines: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("lightning.pytorch")
-    logger.addHandler(handler)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "pytorch_lightning")]
+    for logger in loggers:
+        logger.addHandler(handler)
     yield lines
-    logger.removeHandler(handler)
+    for logger in loggers:
+        logger.removeHandler(handler)
