@@ -31,7 +31,6 @@ from ..store import RunPath, StorePath, location, remove_tree
 from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .lock import RunLock
 from .provenance import Provenance, RunRecord, describe_origin
-from .resume_keys import changed_keys
 
 FIT_ONLY = ("ckpt_path", "weights_only")
 """``fit``'s own arguments, left out of a run's ``config.yaml``: the other subcommands refuse them."""
@@ -123,6 +122,8 @@ class RunSession:
         if not isinstance(saved, dict):
             return  # not written by this kit's fit: nothing to compare with
         saved = current_names(saved)  # a run made before runkit names its classes `<package>.kit.X` (legacy.py)
+        from .resume_keys import changed_keys  # a resume's only: a new run loads none of it
+
         changed = changed_keys("model", command.get("model"), saved.get("model"), links)
         data = [
             spec.get("class_path") if isinstance(spec, dict) else spec

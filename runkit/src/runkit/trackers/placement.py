@@ -15,7 +15,6 @@ from ..run.facts import git_state
 from ..run.logger import RunLogger
 from ..run.provenance import RunRecord
 from ..run.session import RunSession
-from .csv_logger import RunCSVLogger
 from .entries import LOCAL_STORE, class_of, configured_loggers, init_args
 from .kinds import BUILT_IN, Placement, tracker_for
 
@@ -72,6 +71,8 @@ class CSVTracker:
 
     def place(self, args: dict[str, Any], run: Placement) -> Logger:
         flush = args.get("flush_logs_every_n_steps", 100)
+        from .csv_logger import RunCSVLogger  # a fit without a CSV logger loads none
+
         return RunCSVLogger(run.directory, run.purge_step, args.get("prefix", ""), flush)
 
 
