@@ -22,7 +22,6 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -33,7 +32,7 @@ from ..bad_input import SetupPhase
 from ..credentials import masked
 from ..lightning_internals import epochs_completed
 from ..project import current
-from ..safety.checkpoint_io import AtomicCheckpointIO
+from ..safety.checkpoint_io import AtomicCheckpointIO, fsync_directory
 from ..safety.checkpoints import LAST
 from ..safety.digests import ALGORITHM, KEY, Written, record_key
 from ..safety.nonfinite import NonFiniteError
@@ -221,18 +220,7 @@ class RunRecord:
                     os.fsync(file.fileno())
             os.replace(partial, self.directory / FILE)  # readers never see half a file
             if durable:
-                _fsync_directory(self.directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes a rename durable (POSIX); other systems have no directory handles to sync.
-    if os.name != "posix":
-        return
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
+                fsync_directory(self.directory)
 
 
 class Provenance(Callback):

@@ -156,7 +156,7 @@ def atomic_save(obj: object, path: Path, before_replace: Callable[[Written], obj
         if before_replace is not None:
             before_replace(written)
         os.replace(partial, path)
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
     except BaseException as error:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
@@ -229,8 +229,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable (POSIX); other systems have no directory handles to sync.
+def fsync_directory(directory: Path) -> None:
+    """Makes a rename into ``directory`` durable (POSIX); other systems have no directory handles to sync."""
     if os.name != "posix":
         return
     handle = os.open(directory, os.O_RDONLY)
