@@ -152,6 +152,8 @@ def test_a_stop_signal_saves_records_exits_and_resumes_exactly(
 
     stopped = last_checkpoint(run)
     assert 0 < stopped["global_step"] < TOTAL_STEPS[processes]
+    if phase == "checkpoint":  # the epoch end's save: stopped before the next epoch (and its loader workers) started
+        assert stopped["global_step"] == TOTAL_STEPS[processes] // 2, log[-4000:]
     session = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"][-1]
     assert (session["status"], session["signal"]) == (STATUS[sig], f"SIG{sig}")
 

@@ -225,6 +225,34 @@ def test_a_checkpoint_whose_validation_is_marked_not_done_runs_it_again_on_resum
     assert trainer.fit_loop.epoch_loop.val_loop.batch_progress.current.processed == 0
 
 
+def test_a_checkpoint_saved_as_an_epoch_starts_resumes_that_whole_epoch_once_marked_not_started(
+    tmp_path: Path,
+) -> None:
+    # safety/preemption.py stops in on_train_epoch_start for a signal that came during the epoch end's saves.
+    internals = submodule("lightning_internals")
+
+    class SaveAsEpochOneStarts(Callback):
+        def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            if trainer.current_epoch == 1:
+                trainer.save_checkpoint(tmp_path / "start.ckpt")
+
+    def trainer(*callbacks: Callback) -> pl.Trainer:
+        return pl.Trainer(default_root_dir=tmp_path, max_epochs=2, limit_train_batches=3, limit_val_batches=0,
+                          enable_progress_bar=False, enable_model_summary=False, logger=False,
+                          enable_checkpointing=False, callbacks=list(callbacks))  # fmt: skip
+
+    trainer(SaveAsEpochOneStarts()).fit(BoringModel())
+    checkpoint = torch.load(tmp_path / "start.ckpt", weights_only=False)
+    as_saved = trainer()
+    as_saved.fit(BoringModel(), ckpt_path=tmp_path / "start.ckpt")
+    assert as_saved.global_step < 6  # Lightning 2.6 resumes epoch 1 with epoch 0's batch counts: cut short
+    internals.mark_epoch_not_started(checkpoint)
+    torch.save(checkpoint, tmp_path / "marked.ckpt")
+    marked = trainer()
+    marked.fit(BoringModel(), ckpt_path=tmp_path / "marked.ckpt")
+    assert (marked.global_step, marked.current_epoch) == (6, 2)
+
+
 def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_the_context() -> None:
     # safety/rendezvous.py: Lightning has no hook before the processes meet; the callbacks' setup comes after.
     entered: list[str] = []

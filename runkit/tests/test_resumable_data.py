@@ -168,6 +168,22 @@ def test_state_round_trip_continues_from_the_saved_position_with_the_saved_seed(
     assert len(epoch(second, 2)) == 8  # the next epoch is whole
 
 
+def test_a_state_taken_as_the_next_epoch_starts_is_where_the_last_one_ended(data: ModuleType) -> None:
+    # A stop as an epoch starts (safety/preemption.py: a signal during the epoch end's saves): Lightning has called
+    # set_epoch, the iterator is not made yet. The state saved then must not skip the new epoch.
+    def loader() -> Any:
+        return rebuilt(data, DataLoader(sequences(), batch_size=8, shuffle=True))
+
+    first = loader()
+    epoch(first, 0)
+    first.sampler.set_epoch(1)
+    assert first.state_dict() == {"epoch": 0, "batches": 8, "seed": SEED}
+    second = loader()
+    second.load_state_dict(first.state_dict())
+    assert second.state_dict() == {"epoch": 0, "batches": 8, "seed": SEED}  # loaded, not run yet: kept as loaded
+    assert len(epoch(second, 1)) == 8  # the new epoch is whole
+
+
 class Stream(IterableDataset):
     def __iter__(self) -> Iterator[torch.Tensor]:
         return iter(torch.randn(32, 8))

@@ -224,6 +224,15 @@ def mark_validation_not_done(checkpoint: dict[str, Any]) -> None:
     checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = VALIDATION_NOT_DONE
 
 
+def mark_epoch_not_started(checkpoint: dict[str, Any]) -> None:
+    """Records in ``checkpoint`` the epoch the fit loop had just made ready as not begun, as a stop at the previous
+    epoch's end saves it: Lightning 2.6 resumes a checkpoint saved in ``on_train_epoch_start`` with the previous
+    epoch's batch counts and skips the whole epoch. The loops' saved state is Lightning's private format."""
+    progress = checkpoint["loops"]["fit_loop"]["epoch_progress"]
+    for counts in (progress["total"], progress["current"]):
+        counts["ready"] = counts["started"]
+
+
 def epochs_completed(trainer: pl.Trainer) -> int:
     """Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint; the
     loops' progress counters are not public API)."""

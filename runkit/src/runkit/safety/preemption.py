@@ -6,11 +6,12 @@ process of a DDP run meets (one all-reduce of the pending signal, so all ranks s
 
 - ``fit``: after the optimizer step in progress (never between accumulated micro-batches, whose gradients no
   checkpoint holds; after the current batch for a module whose steps Lightning does not count:
-  ``outside_steps.py``), after the current batch of its validation, at the end of an epoch, or, for a signal that came
-  while the run was setting up (its sanity check included), as training starts. It then saves ``last.ckpt`` (all
-  ranks take part, rank 0 writes) and exits ``128 + signal``: 143 SIGTERM, 138 SIGUSR1, 129 SIGHUP, 130 Ctrl-C.
-  The same command with ``--ckpt_path last`` continues exactly where it stopped; a validation that was cut short
-  runs again from its start. Under SLURM with auto-requeue, the requeue signal also requeues the job.
+  ``outside_steps.py``), after the current batch of its validation, at the end of an epoch, as the next epoch starts
+  (before its loader workers: for a signal that came while the epoch end's checkpoints were saved), or, for a signal
+  that came while the run was setting up (its sanity check included), as training starts. It then saves
+  ``last.ckpt`` (all ranks take part, rank 0 writes) and exits ``128 + signal``: 143 SIGTERM, 138 SIGUSR1, 129
+  SIGHUP, 130 Ctrl-C. The same command with ``--ckpt_path last`` continues exactly where it stopped; a validation
+  that was cut short runs again from its start. Under SLURM with auto-requeue, the requeue signal also requeues the job.
 - ``validate``, ``test`` and ``predict`` stop after the current batch, with the same codes, and write nothing.
 
 Lightning 2.6 on its own stops anywhere, between micro-batches too, finishes a whole validation pass first, saves
@@ -35,7 +36,13 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
-from ..lightning_internals import cluster_environment, mark_validation_not_done, request_stop, take_over_signals
+from ..lightning_internals import (
+    cluster_environment,
+    mark_epoch_not_started,
+    mark_validation_not_done,
+    request_stop,
+    take_over_signals,
+)
 from .boundaries import StepBoundary
 from .checkpoints import LastCheckpoint, checkpoint_dir
 from .outside_steps import OutsideSteps
@@ -55,10 +62,11 @@ class Preemption(StepBoundary):
         self._torch_rng: tuple[Any, Any] | None = None
         self._host_rng: tuple[Any, Any] | None = None
         self._validation_cut = False  # stopped inside fit's validation: the checkpoint says it has not run
+        self._before_epoch = False  # stopped as an epoch started: the checkpoint says it has not begun
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         take_over_signals(trainer)
-        self._signum, self._training, self._validation_cut = None, False, False
+        self._signum, self._training, self._validation_cut, self._before_epoch = None, False, False, False
 
     def _agree(self, trainer: pl.Trainer) -> int | None:
         """The stop signal every process acts on now, or ``None``: the highest one pending on any rank."""
@@ -81,6 +89,13 @@ class Preemption(StepBoundary):
         self._training = True
         self._torch_rng = _torch_rng()
         if self._agree(trainer):  # a signal came while the run set up: save the state training starts from
+            raise SIGTERMException()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A signal that came while the epoch end's checkpoints were saved (they run after this callback's epoch end):
+        # stop before the next epoch starts its loader workers (seconds each under load), as Lightning resumes it.
+        if self._agree(trainer):
+            self._before_epoch = True
             raise SIGTERMException()
 
     def on_optimizer_step_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -153,6 +168,8 @@ class Preemption(StepBoundary):
             # The training state is complete, the validation is not: record it as not run yet, so that a resume
             # runs it from its first batch (Lightning would skip what is left of it, or continue with other batches).
             mark_validation_not_done(checkpoint)
+        if self._before_epoch:
+            mark_epoch_not_started(checkpoint)  # Lightning would resume it with the last epoch's batches, all done
 
 
 def _where(trainer: pl.Trainer) -> str:

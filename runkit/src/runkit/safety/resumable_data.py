@@ -137,6 +137,7 @@ class ResumableLoader(DataLoader):
     """
 
     _batches = 0  # batches of the current epoch delivered so far, counting those skipped on resume
+    _counted: int | None = None  # the epoch those batches belong to (the sampler's moves on as the next one starts)
     _resume: dict[str, int] | None = None
 
     @property
@@ -146,8 +147,13 @@ class ResumableLoader(DataLoader):
     def state_dict(self) -> dict[str, int]:
         # Lightning fetches the batches of a sized loader on demand, with no look-ahead, so the batches
         # delivered here are exactly those the loop has consumed when a checkpoint is taken.
+        # A stop as an epoch starts (its set_epoch done, its iterator not) saves where the last one ended, and a stop
+        # before a resumed run's first batch saves the place it resumed from.
+        if self._resume is not None:
+            return dict(self._resume)
         sampler = self.resumable_sampler
-        return {"epoch": sampler.epoch, "batches": self._batches, "seed": sampler.seed}
+        epoch = sampler.epoch if self._counted is None else self._counted
+        return {"epoch": epoch, "batches": self._batches, "seed": sampler.seed}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
         # The saved seed wins: a run resumed with another `seed_everything` continues the same data.
@@ -164,7 +170,7 @@ class ResumableLoader(DataLoader):
     def _epoch(self) -> Iterator[Any]:
         epoch, resume = self.resumable_sampler.epoch, self._resume
         self._batches = resume["batches"] if resume is not None and resume["epoch"] == epoch else 0
-        self._resume = None
+        self._resume, self._counted = None, epoch
         for batch in super().__iter__():
             self._batches += 1
             yield batch
