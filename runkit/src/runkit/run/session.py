@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,17 +205,8 @@ class RunSession:
     def watching(self) -> Iterator[None]:
         """While the command runs: an error a writer thread (TensorBoard's) raises because the run folder was removed
         is left to the one line of ``exit_if_folder_gone``, not printed as a thread's traceback."""
-        previous = threading.excepthook
-
-        def hook(args: threading.ExceptHookArgs) -> None:
-            if not (issubclass(args.exc_type, OSError) and self.folder_gone()):
-                previous(args)
-
-        threading.excepthook = hook
-        try:
+        with threads_quiet(lambda args: issubclass(args.exc_type, OSError) and self.folder_gone()):
             yield
-        finally:
-            threading.excepthook = previous
 
     def exit_if_folder_gone(self, subcommand: str) -> None:
         """Exits 1 with one ``error:`` line if the run folder was removed while the command ran: the error a write
@@ -267,3 +258,20 @@ def is_global_zero_process() -> bool:
     environment: torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Lightning's ``LOCAL_RANK`` and ``NODE_RANK``)."""
     node = os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
     return rank_zero_only.rank == 0 and node == "0"
+
+
+@contextlib.contextmanager
+def threads_quiet(quiet: Callable[[threading.ExceptHookArgs], bool]) -> Iterator[None]:
+    """While the context runs, an error raised in a thread that ``quiet`` accepts prints nothing (a line of the
+    command's says it); any other goes to the hook there was."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not quiet(args):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
+from ..run.session import threads_quiet
 from ..store import RunPath, StorePath
 from ..store_access import endpoint, unreachable
 
@@ -53,17 +54,6 @@ def quiet_when_store_lost(args: threading.ExceptHookArgs) -> bool:
     return unreachable(args.exc_value) is not None
 
 
-@contextlib.contextmanager
-def threads_quiet_when_store_lost() -> Iterator[None]:
+def threads_quiet_when_store_lost() -> contextlib.AbstractContextManager[None]:
     """While the command runs: a writer thread's error that is the store going away prints nothing (see above)."""
-    previous = threading.excepthook
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if not quiet_when_store_lost(args):
-            previous(args)
-
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous
+    return threads_quiet(quiet_when_store_lost)
