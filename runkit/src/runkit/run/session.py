@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from ..observe.first_screen import closing_block, run_line
 from ..safety.checkpoints import check_checkpoint, read_checkpoint
 from ..safety.compiled_keys import load_either_form
 from ..safety.elastic import DataLayout, check_processes, saved_layout
+from ..safety.lost_store import threads_quiet
 from ..store import RunPath, StorePath, location, remove_tree
 from .folders import LIGHTNING_ALIASES, RunDirectory, RunPlan, plan_run
 from .lock import RunLock
@@ -258,20 +258,3 @@ def is_global_zero_process() -> bool:
     environment: torchrun's ``RANK``, SLURM's ``SLURM_PROCID``, Lightning's ``LOCAL_RANK`` and ``NODE_RANK``)."""
     node = os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK") or "0"
     return rank_zero_only.rank == 0 and node == "0"
-
-
-@contextlib.contextmanager
-def threads_quiet(quiet: Callable[[threading.ExceptHookArgs], bool]) -> Iterator[None]:
-    """While the context runs, an error raised in a thread that ``quiet`` accepts prints nothing (a line of the
-    command's says it); any other goes to the hook there was."""
-    previous = threading.excepthook
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if not quiet(args):
-            previous(args)
-
-    threading.excepthook = hook
-    try:
-        yield
-    finally:
-        threading.excepthook = previous

@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from ..run.session import threads_quiet
 from ..store import RunPath, StorePath
 from ..store_access import endpoint, unreachable
 
@@ -57,3 +56,20 @@ def quiet_when_store_lost(args: threading.ExceptHookArgs) -> bool:
 def threads_quiet_when_store_lost() -> contextlib.AbstractContextManager[None]:
     """While the command runs: a writer thread's error that is the store going away prints nothing (see above)."""
     return threads_quiet(quiet_when_store_lost)
+
+
+@contextlib.contextmanager
+def threads_quiet(quiet: Callable[[threading.ExceptHookArgs], bool]) -> Iterator[None]:
+    """While the context runs, an error raised in a thread that ``quiet`` accepts prints nothing (a line of the
+    command's says it); any other goes to the hook there was."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not quiet(args):
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
