@@ -51,7 +51,7 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
-# Two workers, each taking the next test: runkit's suite (in 6 parts, tests/test_runkit.py) and the default project's
+# Two workers, each taking the next test: runkit's suite (in 4 parts, tests/test_runkit.py) and the default project's
 # whole suite start first, then the rest; idle ones steal work. Left out, each with its own target: runkit's `faults`
 # tests (test-faults), the benchmark scripts (test-bench), GPU-only tests (test-gpu: they skip here), the stacks and
 # the installs (test-stacks, test-installs).

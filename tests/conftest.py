@@ -46,14 +46,8 @@ LONG = ("test_runkit_passes_its_whole_suite", "test_default_project_passes_its_w
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """runkit's suite (in parts) and the generated project's whole suite (minutes each) first, then the other tests
-    marked slow (a bake that runs a suite or a fit: 10-40 s each), so that the two workers end on short tests."""
-    items.sort(
-        key=lambda item: (
-            getattr(item, "originalname", item.name) not in LONG,
-            item.get_closest_marker("slow") is None,
-        )
-    )
+    """runkit's suite (in parts) and the generated project's whole suite (minutes each) first."""
+    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONG)
 
 
 def bake(output_dir: Path, **answers: str) -> Path:

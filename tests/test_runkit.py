@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-SHARDS = 6  # parts of ~90 s on 2 quiet cores: the last one to end leaves the other worker idle for less
-ALONE = ("test_fault_matrix.py",)  # a part of its own: its slice's 5 stopped-and-resumed runs (~85 s) outweigh its size
+SHARDS = 4
 RUNKIT_TESTS = ROOT / "runkit" / "tests"
 
 
@@ -25,16 +24,15 @@ def weight(path: Path) -> int:
 
 
 def shards() -> list[list[str]]:
-    """runkit's test files in ``SHARDS`` groups: ``ALONE``'s files one each, the rest of about equal weight, heaviest
-    first; a file stays whole, so its module fixtures (a shared trained run, a DDP run) run once."""
-    groups: list[list[str]] = [[] for _ in range(SHARDS - len(ALONE))]
-    loads = [0] * len(groups)
-    rest = [path for path in RUNKIT_TESTS.glob("test_*.py") if path.name not in ALONE]
-    for path in sorted(rest, key=lambda path: (-weight(path), path.name)):
+    """runkit's test files in ``SHARDS`` groups of about equal weight, heaviest first; a file stays whole, so its
+    module fixtures (a shared trained run, a DDP run) run once."""
+    groups: list[list[str]] = [[] for _ in range(SHARDS)]
+    loads = [0] * SHARDS
+    for path in sorted(RUNKIT_TESTS.glob("test_*.py"), key=lambda path: (-weight(path), path.name)):
         lightest = loads.index(min(loads))
         groups[lightest].append(path.name)
         loads[lightest] += weight(path)
-    return [[name] for name in ALONE] + groups
+    return groups
 
 
 def test_the_shards_hold_every_test_file_once() -> None:

@@ -274,10 +274,7 @@ def assert_trained_as_uninterrupted(found: dict[str, Any], before: int, after: i
     assert [s["data"]["elastic"] for s in sessions] == ["yes", "yes"]
 
 
-# One test per case: under pytest-xdist a module fixture runs again in each worker that needs it. The multi-process
-# cases are make test-faults (three fits, ~45 s on 2 quiet cores each): make test keeps the order, augmentation,
-# refusal and resume-line tests above, and its fault-matrix slice stops and resumes 2 processes.
-@pytest.mark.faults
+# One test per case: under pytest-xdist a module fixture runs again in each worker that needs it.
 def test_two_processes_stopped_by_a_group_sigterm_resume_on_one_as_if_uninterrupted(two_to_one: dict[str, Any]) -> None:
     assert_trained_as_uninterrupted(two_to_one, before=2, after=1)
 
