@@ -124,14 +124,22 @@ def test_foreign_code_fits_resumes_exactly_is_listed_validated_and_exported(
         assert refused(capsys, lambda: cli.main(export)) == f"error: {EXPORT[case]}"
 
 
-def test_a_stateful_loader_resumes_exactly_from_an_epoch_boundary(cli: ModuleType, in_tmp: Path) -> None:
+@pytest.mark.parametrize(
+    "stop",
+    [  # before the epoch end's checkpoints; during their save (the stop then comes as the next epoch starts)
+        fault("SignalAtEpochEnd", epoch=0),
+        fault("SignalFromOutside", phase="checkpoint", signum=int(signal.SIGTERM), target="main"),
+    ],
+    ids=["epoch-end", "during-its-save"],
+)
+def test_a_stateful_loader_resumes_exactly_from_an_epoch_boundary(cli: ModuleType, in_tmp: Path, stop: str) -> None:
     # Lightning does not give a loader the position saved as an epoch ends: the next epoch took the first one's
     # order and other augmentation (weights 0.06 from a straight run) until the kit handed it over.
     pytest.importorskip(REQUIRES["StatefulDataLoader"], reason="StatefulDataLoader needs torchdata (the dev extra)")
     args = CASES["StatefulDataLoader"]
     straight, stopped = Path("runs/foreign/straight"), Path("runs/foreign/stopped")
     assert fit_exit_code(cli, straight, *args) == 0
-    assert fit_exit_code(cli, stopped, *args, fault("SignalAtEpochEnd", epoch=0)) == 143
+    assert fit_exit_code(cli, stopped, *args, stop) == 143
     assert last_checkpoint(stopped)["global_step"] == 8
     assert fit_exit_code(cli, stopped, "--config", str(stopped / "config.yaml"), "--ckpt_path=last") == 0
     expected, resumed = last_checkpoint(straight), last_checkpoint(stopped)
