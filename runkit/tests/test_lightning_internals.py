@@ -4,6 +4,7 @@ Lightning behaviour each works around is still there: an upgrade that changes on
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from lightning.fabric.strategies.fsdp import _is_sharded_checkpoint
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.demos import BoringModel
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
 from support import submodule
 from torch import Tensor, nn
 
@@ -275,3 +278,34 @@ def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_
     trainer.fit(BoringModel())
     assert entered == ["enter", "exit", "callback setup"]
     assert callable(setup)  # Strategy.setup_environment: where DDP's init_process_group runs
+
+
+def test_sharded_strategies_are_known_by_their_private_settings_and_write_the_layout_the_kit_writes(
+    tmp_path: Path,
+) -> None:
+    # safety/sharded_checkpoints.py saves these strategies' checkpoints in their place, as Lightning would lay them out.
+    internals = submodule("lightning_internals")
+    assert internals.saves_sharded(FSDPStrategy(state_dict_type="sharded"))  # _state_dict_type
+    assert not internals.saves_sharded(FSDPStrategy(state_dict_type="full"))
+    assert internals.saves_sharded(ModelParallelStrategy())  # _save_distributed_checkpoint, True by default
+    assert not internals.saves_sharded(ModelParallelStrategy(save_distributed_checkpoint=False))
+    assert not internals.saves_sharded(DDPStrategy())
+    # Lightning's saves: the same keys into `_distributed_checkpoint_save`, and meta.pt beside the shards.
+    fsdp, model_parallel = (
+        inspect.getsource(FSDPStrategy.save_checkpoint),
+        inspect.getsource(ModelParallelStrategy.save_checkpoint),
+    )
+    assert 'converted_state = {"model": checkpoint.pop("state_dict")}' in fsdp
+    assert 'converted_state = {"state_dict": checkpoint.pop("state_dict")}' in model_parallel
+    for source in (fsdp, model_parallel):
+        assert 'f"optimizer_{idx}": optim_state' in source
+        assert 'checkpoint.pop("optimizer_states", [])' in source
+        assert "torch.save(checkpoint, path / _METADATA_FILENAME)" in source
+    checkpoint = {"state_dict": {"w": torch.zeros(1)}, "optimizer_states": [{"state": {}}], "epoch": 1}
+    assert internals.sharded_state(FSDPStrategy(), dict(checkpoint)).keys() == {"model", "optimizer_0"}
+    assert internals.sharded_state(ModelParallelStrategy(), checkpoint).keys() == {"state_dict", "optimizer_0"}
+    assert checkpoint == {"epoch": 1}  # what goes to meta.pt
+    # A folder with meta.pt is what Lightning's loads take for a sharded checkpoint, and what `runs` looks for.
+    assert internals.SHARDED_METADATA == submodule("run.folders").SHARDED_METADATA == "meta.pt"
+    (tmp_path / "meta.pt").write_bytes(b"")
+    assert _is_sharded_checkpoint(tmp_path)

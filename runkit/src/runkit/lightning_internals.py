@@ -13,9 +13,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.callbacks import BatchSizeFinder
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 from lightning.pytorch.trainer import call
 from lightning.pytorch.tuner.lr_finder import _LRFinder
 
@@ -250,3 +252,28 @@ def run_exactly(trainer: pl.Trainer, steps: int) -> None:
     Lightning's tuner sets the loops' limits the same way, privately."""
     trainer.fit_loop.max_epochs = -1
     trainer.fit_loop.epoch_loop.max_steps = steps
+
+
+SHARDED_METADATA: str = _METADATA_FILENAME
+"""The file of a sharded checkpoint's folder that holds everything but the weights and optimizer states (``meta.pt``):
+Lightning's sharded loads read it, and take a folder that has it for a sharded checkpoint (``_is_sharded_checkpoint``);
+the name is private."""
+
+
+def saves_sharded(strategy: Strategy) -> bool:
+    """Whether ``strategy`` saves checkpoints as folders of shards: ``FSDPStrategy(state_dict_type="sharded")`` or
+    ``ModelParallelStrategy(save_distributed_checkpoint=True)`` (its default). Both settings are private attributes."""
+    if isinstance(strategy, FSDPStrategy):
+        return strategy._state_dict_type == "sharded"
+    if isinstance(strategy, ModelParallelStrategy):
+        return bool(strategy._save_distributed_checkpoint)
+    return False
+
+
+def sharded_state(strategy: Strategy, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Takes the weights and optimizer states out of ``checkpoint``, keyed as the strategy's sharded load reads them
+    (``FSDPStrategy``: ``model``, ``ModelParallelStrategy``: ``state_dict``; ``optimizer_<i>`` each): the layout its
+    ``save_checkpoint`` writes with ``torch.distributed.checkpoint`` is Lightning's private format."""
+    state = {"model" if isinstance(strategy, FSDPStrategy) else "state_dict": checkpoint.pop("state_dict")}
+    state.update({f"optimizer_{index}": value for index, value in enumerate(checkpoint.pop("optimizer_states", []))})
+    return state
