@@ -26,6 +26,7 @@ from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
 CHECKPOINTS = "checkpoints"
+SHARDED_METADATA = "meta.pt"  # Lightning's (lightning_internals.SHARDED_METADATA), named here: `runs` loads no torch
 ALIASES = ("best", "last")  # `--ckpt_path` values that name a file of a run's `checkpoints/`
 LIGHTNING_ALIASES = ("hpc", "registry")  # values that Lightning resolves itself
 
@@ -88,7 +89,7 @@ def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | N
         filename = f"{ckpt_path}.ckpt"
         owner = named or newest_run(experiment_dir, filename)
         path = owner / CHECKPOINTS / filename if owner else None
-        if path is not None and path.is_file():
+        if path is not None and is_checkpoint(path):
             if fitting and ckpt_path != "last":  # fine-tuning from the best: a new run, its parent the owner
                 return RunPlan(experiment_dir, None, str(path), create=True, parent=owner)
             return RunPlan(experiment_dir, owner, str(path), resumed=fitting)
@@ -113,7 +114,7 @@ def plan_run(run: RunDirectory, root: RunPath, fitting: bool, ckpt_path: str | N
     parent = None
     if ckpt_path is not None and ckpt_path not in LIGHTNING_ALIASES:
         checkpoint = location(ckpt_path)
-        if not checkpoint.is_file():
+        if not is_checkpoint(checkpoint):
             raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file")
         owner = run_of(checkpoint)
         own_run = owner is not None and (named is None or named.resolve() == owner.resolve())
@@ -181,7 +182,12 @@ def runs_with_records(experiment_dir: RunPath) -> list[tuple[RunPath, dict[str, 
 
 def newest_run(experiment_dir: RunPath, filename: str) -> RunPath | None:
     """The newest run of the experiment that has ``checkpoints/<filename>``."""
-    return next((run for run in reversed(runs(experiment_dir)) if (run / CHECKPOINTS / filename).is_file()), None)
+    return next((run for run in reversed(runs(experiment_dir)) if is_checkpoint(run / CHECKPOINTS / filename)), None)
+
+
+def is_checkpoint(path: RunPath) -> bool:
+    """Whether ``path`` is a checkpoint: a file, or the folder of a sharded one (``safety/sharded_checkpoints.py``)."""
+    return path.is_file() or (path / SHARDED_METADATA).is_file()
 
 
 def run_of(checkpoint: RunPath) -> RunPath | None:
@@ -256,7 +262,7 @@ def format_runs(root: RunPath, experiment: str | None = None) -> str:
             progress, sessions = record.get("progress") or {}, record.get("sessions") or [{}]
             status = session_status(record) if record else "?"
             best = progress.get("best") or {}
-            checkpoints = {name for name in ("last", "best") if (run / CHECKPOINTS / f"{name}.ckpt").is_file()}
+            checkpoints = {name for name in ("last", "best") if is_checkpoint(run / CHECKPOINTS / f"{name}.ckpt")}
             if "last" in checkpoints and status not in ("finished", "running"):
                 command = shell_command(program, "fit", "-c", run / "config.yaml", "--ckpt_path", "last")
             elif checkpoints:

@@ -25,6 +25,10 @@ def read_checkpoint(path: str) -> dict[str, Any]:
     """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
     reasons: its bytes are not those its run recorded, ``digests.py``)."""
     source = location(path)
+    if source.is_dir():  # a sharded checkpoint's folder
+        from .sharded_reads import read_sharded
+
+        return read_sharded(path)
     data = source.read_bytes() if isinstance(source, StorePath) else None  # a store's object: read once
     if (len(data) if data is not None else source.stat().st_size) == 0:
         raise ValueError(f"checkpoint {path} is empty (0 bytes): it was never written, or its disk was full")

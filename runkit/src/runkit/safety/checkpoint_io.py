@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import socket
 import sys
 import time
@@ -199,7 +200,8 @@ def _failed_write(error: BaseException) -> str | None:
 
 
 def remove_abandoned(path: Path, max_age_s: float = 24 * 3600) -> None:
-    """Deletes the temporary files of ``path`` whose writer is gone: killed mid-save, they would pile up.
+    """Deletes the temporary files of ``path`` whose writer is gone: killed mid-save, they would pile up. A sharded
+    save's temporary folder and link (``sharded_checkpoints.py``) are named the same way and go the same way.
 
     Another process may be writing the same file right now (two runs sharing a folder): its temporary file
     is never touched. A writer on this host is alive while its pid is; one on another host (a shared file
@@ -212,10 +214,12 @@ def remove_abandoned(path: Path, max_age_s: float = 24 * 3600) -> None:
             abandoned = not _alive(int(pid))
         else:
             try:
-                abandoned = time.time() - partial.stat().st_mtime > max_age_s
+                abandoned = time.time() - partial.lstat().st_mtime > max_age_s
             except FileNotFoundError:  # its writer just renamed it into place
                 continue
-        if abandoned:
+        if abandoned and partial.is_dir() and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
+        elif abandoned:
             partial.unlink(missing_ok=True)
 
 

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..lightning_internals import logged_names
+from ..lightning_internals import SHARDED_METADATA, logged_names
 from ..store import RunPath, location
 from .background_save import BackgroundWriter
 from .boundaries import StepBoundary
@@ -228,7 +228,7 @@ def resolve_ckpt_path(ckpt_path: str, run_dir: str | RunPath) -> str:
     """
     run = location(run_dir) if isinstance(run_dir, str) else run_dir
     path = run / "checkpoints" / f"{ckpt_path}.ckpt" if ckpt_path in (BEST, LAST) else location(ckpt_path)
-    if not path.is_file():
+    if not path.is_file() and not (path / SHARDED_METADATA).is_file():  # a file, or a sharded checkpoint's folder
         raise ValueError(f"--ckpt_path {ckpt_path}: no such checkpoint file {path}")
     return str(path)
 

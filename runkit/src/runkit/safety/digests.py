@@ -3,7 +3,8 @@
 ``torch.load`` checks no CRC of its zip archive: a bit flipped in a tensor's bytes (a failing disk, a bad copy)
 loads as another number, silently. The kit's checkpoint writer hashes the bytes as ``torch.save`` writes them (no
 read back), and ``provenance.yaml`` keeps, per file of the run (``checkpoints/last.ckpt``, ``checkpoints/best.ckpt``,
-any other written inside the run folder), its ``sha256``, ``size`` and global ``step``. Every load of the kit
+any other written inside the run folder), its ``sha256``, ``size`` and global ``step``; a sharded checkpoint (a folder)
+has the digest of its manifest, which holds each file's (``sharded_checkpoints.py``). Every load of the kit
 (``--ckpt_path`` of fit, validate, test, predict, export, and the checkpoint plugin's own reads) hashes the file
 first and refuses one whose digest is not the recorded one. A file without a digest record (handed on outside its
 run, its entry lost or malformed) loads unchecked, and one line says so and why.
@@ -125,7 +126,7 @@ def verify(path: str | RunPath, data: bytes | None = None) -> None:
 def recorded(path: RunPath) -> tuple[RunPath | None, dict[str, Any], str | None]:
     """The record of the run folder that holds ``path`` (its parent or grandparent), ``path``'s entry in it (``{}``:
     none), and why there is no entry to check against (``None``: there is one)."""
-    path = path.resolve()
+    path = path.resolve() if isinstance(path, StorePath) else named(path)
     for run in (path.parent, path.parent.parent):
         record = run / RECORD_FILE
         if not record.is_file():
@@ -183,5 +184,11 @@ def record_key(path: RunPath, run: RunPath) -> str | None:
     if isinstance(path, StorePath) or isinstance(run, StorePath):
         inside = isinstance(path, StorePath) and isinstance(run, StorePath) and str(path).startswith(f"{run}/")
         return str(path)[len(str(run)) + 1 :] if inside else None
-    relative = os.path.relpath(path.resolve(), run.resolve())
+    relative = os.path.relpath(named(path), run.resolve())
     return None if relative.startswith("..") or os.path.isabs(relative) else Path(relative).as_posix()
+
+
+def named(path: Path) -> Path:
+    """``path`` resolved, but for its own name where it is a link to a folder: a sharded checkpoint's name is a link to
+    its current version (``sharded_checkpoints.py``), and the record knows it by that name."""
+    return path.parent.resolve() / path.name if path.is_symlink() and path.is_dir() else path.resolve()

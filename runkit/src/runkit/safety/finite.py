@@ -10,11 +10,14 @@ from torch import Tensor
 
 
 def nonfinite_names(tensors: Iterable[tuple[str, Tensor]]) -> list[str]:
-    """The names of the floating-point tensors that hold a NaN or an Inf, among ``(name, tensor)`` pairs."""
+    """The names of the floating-point tensors that hold a NaN or an Inf, among ``(name, tensor)`` pairs (a meta tensor
+    holds no numbers: a sharded checkpoint's weights as its index describes them)."""
     return [
         name
         for name, value in tensors
-        if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all())
+        if (value.is_floating_point() or value.is_complex())
+        and value.device.type != "meta"
+        and not bool(torch.isfinite(value).all())
     ]
 
 
