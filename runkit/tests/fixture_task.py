@@ -200,3 +200,17 @@ class CollectiveRegressor(SequenceRegressor):
     def on_train_epoch_end(self) -> None:
         self.log_dict(self.train_metrics.compute(), sync_dist=True)
         self.train_metrics.reset()
+
+
+class ShardedRegressor(SequenceRegressor):
+    """The same model sharded with FSDP2 (``fully_shard``) over the data-parallel mesh of Lightning's
+    ``ModelParallelStrategy``: each process holds half of every weight and of its optimizer state."""
+
+    def configure_model(self) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self.device_mesh["data_parallel"]
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(self.net, mesh=mesh)

@@ -15,7 +15,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.plugins.io import CheckpointIO
 
-from ..bad_input import SetupPhase
+from ..bad_input import BadInputError, SetupPhase
+from ..lightning_internals import saves_sharded
 from ..observe.memory import MemoryBudget
 from ..observe.monitoring import EpochMonitor, GradNormMonitor, ModelSummary, ThroughputMonitor
 from ..observe.progress import EpochLine
@@ -29,6 +30,7 @@ from ..safety.outside_steps import OutsideSteps
 from ..safety.plateau_resume import PlateauResume
 from ..safety.preemption import Preemption
 from ..safety.resume import ExactResume
+from ..store import RunPath, StorePath
 from ..trackers.tracked_run import TrackedRun
 from .task_checks import StartCheck
 from .worker_count import check_workers
@@ -65,6 +67,22 @@ def with_atomic_checkpoint_io(plugins: Any) -> list[Any]:
     if any(isinstance(plugin, CheckpointIO) for plugin in configured):
         return configured
     return [*configured, AtomicCheckpointIO()]
+
+
+def with_sharded_checkpoints(trainer: pl.Trainer, run_dir: RunPath | None) -> None:
+    """Has a strategy that saves sharded checkpoints (FSDP's ``sharded``, ``ModelParallelStrategy``) save, check and
+    delete them through the kit (``safety/sharded_checkpoints.py``, imported only then); refuses a run in a store."""
+    if not saves_sharded(trainer.strategy):
+        return
+    if isinstance(run_dir, StorePath):
+        raise BadInputError(
+            f"trainer.strategy: {type(trainer.strategy).__name__} saves sharded checkpoints, which need a local or"
+            f" shared file system, and the run folder is in a store ({run_dir}); run it under a folder, or save full"
+            " state dicts"
+        )
+    from ..safety.sharded_checkpoints import take_over
+
+    take_over(trainer)
 
 
 def as_list(value: Any) -> list[Any]:

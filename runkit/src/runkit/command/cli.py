@@ -41,7 +41,7 @@ from ..safety.lost_store import exit_if_store_lost, threads_quiet_when_store_los
 from ..safety.signals import STOP
 from ..subcommands import SUBCOMMANDS, CommandLine
 from ..trackers.placement import for_session
-from .always_on import as_list, trainer_arguments
+from .always_on import as_list, trainer_arguments, with_sharded_checkpoints
 from .checkpoint_model import SaysReplacedModel
 from .config_files import ConfigFile, refused_config_files
 from .help_text import Formatter, HelpfulParser, subcommand_help
@@ -152,6 +152,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
             trainer = super().instantiate_trainer(**kwargs)
             session.check_processes(trainer)  # a checkpoint whose global batch these processes cannot share
             check_trainer(trainer)
+            with_sharded_checkpoints(trainer, session.directory)  # a run in a store: refused
             if self.subcommand == "fit":  # the one that writes in the run directory (the others only read it)
                 check_paths(trainer)
                 check_monitor(trainer, self.model, self.datamodule)
