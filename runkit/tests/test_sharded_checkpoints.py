@@ -177,6 +177,28 @@ def test_a_changed_byte_in_a_shard_is_refused_on_read(tmp_path: Path) -> None:
         reads.verify_sharded(tmp_path / "last.ckpt")
 
 
+def test_the_name_is_a_checkpoint_for_ckpt_path_runs_and_the_commands_checks(tmp_path: Path) -> None:
+    checkpoints = tmp_path / "run" / "checkpoints"
+    save(checkpoints, 4)
+    resolved = submodule("safety.checkpoints").resolve_ckpt_path("last", tmp_path / "run")
+    assert resolved == str(checkpoints / "last.ckpt")
+    assert submodule("run.folders").is_checkpoint(checkpoints / "last.ckpt")
+    read = submodule("safety.checkpoint_checks").read_checkpoint(resolved)
+    assert read["global_step"] == 4
+    assert {key: tuple(value.shape) for key, value in read["state_dict"].items()} == {"w": (4, 3)}  # from the index
+
+
+def test_the_strategy_checks_a_folder_before_loading_it_and_removes_a_version_with_its_link(tmp_path: Path) -> None:
+    save(tmp_path, 1)
+    strategy = ModelParallelStrategy()
+    sharded.take_over(type("Trainer", (), {"strategy": strategy})())
+    (tmp_path / "last.ckpt" / "meta.pt").write_bytes(b"changed")
+    with pytest.raises(ValueError, match=r"meta\.pt's SHA-256 is"):
+        strategy.load_checkpoint(tmp_path / "last.ckpt")
+    strategy.remove_checkpoint(tmp_path / "last.ckpt")  # a top-k checkpoint that dropped out
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_in_a_store_is_refused_with_sharded_checkpoints() -> None:
     trainer = type("Trainer", (), {"strategy": ModelParallelStrategy()})()
     store = submodule("store").location("s3://bucket/runs/fixture/x")
