@@ -25,7 +25,7 @@ def read_checkpoint(path: str) -> dict[str, Any]:
     """Loads ``path`` with ``weights_only=True``; raises ``ValueError`` saying why it cannot be used (among the
     reasons: its bytes are not those its run recorded, ``digests.py``)."""
     source = location(path)
-    if source.is_dir():  # a sharded checkpoint's folder
+    if not isinstance(source, StorePath) and source.is_dir():  # a sharded checkpoint's folder (never in a store)
         from .sharded_reads import read_sharded
 
         return read_sharded(path)
