@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import fixture_task
 import pytest
 import torch
 from support import submodule
@@ -68,6 +70,30 @@ if __name__ == "__main__":
 """
 
 
+MARKED_TASK = """
+import os, torch
+
+IMPORTED_BY = os.getpid()
+
+class Pids(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.tensor([IMPORTED_BY, os.getpid()])
+"""
+WORKER_PIDS = """
+import multiprocessing.forkserver, sys, torch
+from torch.utils.data import DataLoader, Subset
+from marked_task import Pids
+from runkit.safety.worker_start import start_safely
+
+loader = start_safely(DataLoader(Subset(Pids(), range(4)), batch_size=1, num_workers=2), world_size=2)
+pids = torch.cat(list(loader)).tolist()
+print(multiprocessing.forkserver._forkserver._forkserver_pid, *(pid for pair in pids for pid in pair))
+"""
+
+
 def stress(starts: int, how: str, *extra: str) -> str:
     args = [sys.executable, "-W", "ignore", "-c", STRESS, str(starts), how, *extra]
     done = subprocess.run(args, capture_output=True, text=True, timeout=900, check=False)
@@ -87,7 +113,7 @@ def test_only_loaders_with_workers_under_ddp_and_no_start_method_of_their_own_ch
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(worker_start, "fork_can_hang", lambda: True)
-    monkeypatch.setattr(worker_start, "fork_server", lambda: "the fork server")
+    monkeypatch.setattr(worker_start, "fork_server", lambda modules=(): "the fork server")
     monkeypatch.setattr(DataLoader, "multiprocessing_context", None)  # a plain attribute: nothing starts here
     workers, none, spawn = loader(num_workers=2), loader(), loader(num_workers=2)
     spawn.multiprocessing_context = "spawn"
@@ -103,6 +129,37 @@ def test_only_loaders_with_workers_under_ddp_and_no_start_method_of_their_own_ch
     monkeypatch.setattr(worker_start, "fork_can_hang", lambda: False)
     worker_start.start_safely(alone, world_size=2)
     assert alone.multiprocessing_context is None
+
+
+def test_the_server_imports_the_modules_of_what_the_workers_unpickle() -> None:
+    class Wrapper(torch.utils.data.Dataset):
+        def __init__(self, dataset: Any) -> None:
+            self.dataset, self.datasets = dataset, ["not a dataset", torch.utils.data.TensorDataset(torch.ones(2))]
+
+    task = fixture_task.Sequences(torch.ones(2, 3), torch.ones(2, 1), False)
+    dataset = Wrapper(torch.utils.data.Subset(task, [0]))
+    wrapped = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=stress, worker_init_fn=print)
+    assert worker_start.preloaded([wrapped, loader(num_workers=2)]) == [
+        __name__,  # the wrapper's, and the collate function's
+        "torch.utils.data.dataset",  # TensorDataset and Subset (not the string in the list)
+        "fixture_task",
+        "torch",  # a tensor as the dataset, and torch's own collate function
+        "torch.utils.data._utils.collate",
+    ]
+
+
+@pytest.mark.skipif(not CAN_HANG or not sys.platform.startswith("linux"), reason=HAS_THE_FIX)
+def test_workers_under_ddp_find_the_datasets_module_imported_by_the_fork_server(tmp_path: Path) -> None:
+    (tmp_path / "marked_task.py").write_text(MARKED_TASK)
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", WORKER_PIDS], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    server, *pairs = map(int, done.stdout.split())
+    imported_by, workers = set(pairs[0::2]), set(pairs[1::2])
+    assert imported_by == {server}, "each worker imported the dataset's module again"
+    assert len(workers) == 2
+    assert server not in workers
 
 
 @pytest.mark.skipif(not CAN_HANG or not sys.platform.startswith("linux"), reason=HAS_THE_FIX)
