@@ -78,7 +78,9 @@ def test_sigkill_then_resume_is_bit_exact(
 ) -> None:
     run = in_tmp / "runs" / "fixture" / "killed"
     every_n = [f"--last_checkpoint.every_n_train_steps={every_n_steps}"] if every_n_steps else []
-    killed = launched_fit(run, f"--data.init_args.num_workers={workers}", *every_n, fault("SignalAtStep", step=22))
+    # At the epoch boundary, the kill comes once the epoch end's save has committed (else no last.ckpt may be there).
+    kill = fault("SignalAtStep", step=22, settled=every_n_steps is None)
+    killed = launched_fit(run, f"--data.init_args.num_workers={workers}", *every_n, kill)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] in saved

@@ -102,7 +102,8 @@ def test_ckpt_path_last_and_best_find_the_newest_run_that_has_the_file(
 def test_a_killed_run_resumes_into_one_continuous_curve(
     cli: ModuleType, run_process: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
-    killed = run_process("fit", fault("SignalAtStep", step=20))  # SIGKILL in epoch 1; last.ckpt: end of epoch 0
+    # SIGKILL in epoch 1, once the save of epoch 0's end (in the background) has committed: last.ckpt holds it.
+    killed = run_process("fit", fault("SignalAtStep", step=20, settled=True))
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
     (run,) = folders()
     cli.build_cli(["fit", "--ckpt_path=last"])

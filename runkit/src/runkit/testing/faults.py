@@ -17,6 +17,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from ..safety.background_save import BackgroundWriter
+
 
 class SignalAtStep(Callback):
     """Sends ``signum`` to this process in the ``batch``-th batch (1-based) that starts at global step ``step``.
@@ -24,7 +26,9 @@ class SignalAtStep(Callback):
     ``hook="end"`` sends it when that batch ends, ``"start"`` before the batch runs. With gradient accumulation
     several batches share a step: with ``hook="end"``, batch 1 is the one whose optimizer step just happened.
     ``repeat`` sends it that many times in a row (a second Ctrl-C). ``pid``: another process to signal (a server).
-    ``rank``: only the process of that global rank signals (``-1``: every one).
+    ``rank``: only the process of that global rank signals (``-1``: every one). ``settled``: the checkpoint save in
+    flight (a background one) commits first, so the signal meets the checkpoint saved before it (a test of what a
+    committed checkpoint resumes; test_background_save.py kills saves in flight).
     """
 
     def __init__(
@@ -36,9 +40,10 @@ class SignalAtStep(Callback):
         repeat: int = 1,
         pid: int | None = None,
         rank: int = -1,
+        settled: bool = False,
     ) -> None:
         self.step, self.signum, self.batch, self.hook, self.repeat = step, signum, batch, hook, repeat
-        self.pid, self.rank = pid, rank
+        self.pid, self.rank, self.settled = pid, rank, settled
         self._seen = 0
 
     def on_train_batch_start(
@@ -57,6 +62,8 @@ class SignalAtStep(Callback):
         if trainer.global_step == self.step and self.rank in (-1, trainer.global_rank):
             self._seen += 1
             if self._seen == self.batch:
+                if self.settled and isinstance(writer := trainer.strategy.checkpoint_io, BackgroundWriter):
+                    writer.saves.wait()
                 for _ in range(self.repeat):
                     os.kill(self.pid or os.getpid(), self.signum)
 
@@ -227,6 +234,6 @@ class RaiseAtStep(Callback):
         raise RuntimeError(f"injected crash after step {self.step}")
 
 
-def fault(name: str, **init_args: int | str) -> str:
+def fault(name: str, **init_args: int | str | bool) -> str:
     """The flag that adds fault ``name`` to a run's callbacks."""
     return "--trainer.callbacks+=" + json.dumps({"class_path": f"{__name__}.{name}", "init_args": init_args})
