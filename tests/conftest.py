@@ -42,12 +42,29 @@ def pytest_configure(config: pytest.Config) -> None:
     as_from_a_terminal()  # a `make test &` ignores SIGINT: the suites it runs would inherit that
 
 
-LONG = ("test_runkit_passes_its_whole_suite", "test_default_project_passes_its_whole_suite")
+DURATIONS = json.loads((ROOT / "tests" / "durations.json").read_text(encoding="utf-8"))
+"""Seconds the longest tests here and each of runkit's test files took: the order of the work and runkit's parts."""
+
+
+def expected_seconds(item: pytest.Item) -> float:
+    """What ``item`` should take: measured (durations.json; a part of runkit's suite: its files' sum), else 1 s."""
+    name = getattr(item, "originalname", item.name)
+    if (seconds := getattr(item.module, "expected_seconds", None)) is not None:  # type: ignore[attr-defined]
+        return float(seconds(item))
+    return float(DURATIONS["tests"].get(f"{item.path.name}::{name}", 1.0))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """runkit's suite (in parts) and the generated project's whole suite (minutes each) first."""
-    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONG)
+    """The longest tests first, dealt to the workers in turn (1 2 2 1 1 2 ...): ``--dist worksteal`` gives each worker a
+    contiguous half of the list and an idle one takes the end of the other's, so each starts with its share of the
+    long tests (runkit's parts, the generated suite, the upgrade) and both end on short ones, together."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    ranked = sorted(items, key=expected_seconds, reverse=True)
+    rounds = [ranked[start : start + workers] for start in range(0, len(ranked), workers)]
+    dealt = [round_ if number % 2 == 0 else round_[::-1] for number, round_ in enumerate(rounds)]
+    items[:] = [
+        item for worker in range(workers) for round_ in dealt if worker < len(round_) for item in [round_[worker]]
+    ]
 
 
 def bake(output_dir: Path, **answers: str) -> Path:

@@ -10,24 +10,28 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import DURATIONS, ROOT
 
 SHARDS = 4
 RUNKIT_TESTS = ROOT / "runkit" / "tests"
+START_S = 8.0
+"""What a part pays before its first test: a pytest process importing torch, Lightning and the suite's helpers."""
 
 
-def weight(path: Path) -> int:
-    """A test file's expected cost: its size, and much more for each test marked slow (processes, long runs) that
-    ``make test`` runs (not marked faults too)."""
+def weight(path: Path) -> float:
+    """A test file's expected seconds: as measured (durations.json), else guessed from its size and its tests marked
+    slow (processes, long runs) that ``make test`` runs (not marked faults too)."""
+    if (seconds := DURATIONS["runkit/tests"].get(path.name)) is not None:
+        return float(seconds)
     text = path.read_text(encoding="utf-8")
-    return len(text) + 20_000 * max(0, text.count("mark.slow") - text.count("mark.faults"))
+    return len(text) / 4000 + 10 * max(0, text.count("mark.slow") - text.count("mark.faults"))
 
 
 def shards() -> list[list[str]]:
-    """runkit's test files in ``SHARDS`` groups of about equal weight, heaviest first; a file stays whole, so its
-    module fixtures (a shared trained run, a DDP run) run once."""
+    """runkit's test files in ``SHARDS`` groups of about equal expected time, longest first (each to the group with the
+    least so far); a file stays whole, so its module fixtures (a shared trained run, a DDP run) run once."""
     groups: list[list[str]] = [[] for _ in range(SHARDS)]
-    loads = [0] * SHARDS
+    loads = [0.0] * SHARDS
     for path in sorted(RUNKIT_TESTS.glob("test_*.py"), key=lambda path: (-weight(path), path.name)):
         lightest = loads.index(min(loads))
         groups[lightest].append(path.name)
@@ -35,10 +39,25 @@ def shards() -> list[list[str]]:
     return groups
 
 
+def expected_seconds(item: pytest.Item) -> float:
+    """A part's expected time (conftest orders the work by it); 1 s for the other tests here."""
+    if not hasattr(item, "callspec"):
+        return 1.0
+    return START_S + sum(weight(RUNKIT_TESTS / name) for name in shards()[item.callspec.params["shard"]])
+
+
 def test_the_shards_hold_every_test_file_once() -> None:
     held = [name for group in shards() for name in group]
     assert sorted(held) == sorted(path.name for path in RUNKIT_TESTS.glob("test_*.py"))
     assert all(shards())
+
+
+def test_every_measured_file_and_test_exists() -> None:
+    """durations.json names no test that is gone (a renamed one would be ordered as a short one, unnoticed)."""
+    assert set(DURATIONS["runkit/tests"]) <= {path.name for path in RUNKIT_TESTS.glob("test_*.py")}
+    for test in DURATIONS["tests"]:
+        file, _, name = test.partition("::")
+        assert f"def {name}(" in (ROOT / "tests" / file).read_text(encoding="utf-8"), test
 
 
 @pytest.mark.slow
