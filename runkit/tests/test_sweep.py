@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import math
 import os
 import signal
 import statistics
@@ -385,6 +386,33 @@ def test_the_table_of_a_running_sweep_shows_each_cell_where_it_stands(in_tmp: Pa
     if has_plot:  # the monitored metric per row, with error bars: a PNG image
         assert (SWEEP / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {running_name, failed_name, done_name} <= {c.name for c in grid.cells(list(axes))}
+
+
+def test_a_seed_whose_metric_is_not_finite_gives_a_nan_spread_and_the_table_goes_on(in_tmp: Path) -> None:
+    cell, grid, results = submodule("search.cell"), submodule("search.grid"), submodule("search.results")
+    axes = tuple(grid.read_axes(["seed_everything=1,2"], lambda key: key))
+    settings = {
+        "heartbeat_interval": 10,
+        "grace_period": 60,
+        "optuna_config": {},
+        "project": submodule("project").Project(),
+    }
+    plan = cell.SweepPlan(
+        "sweep", None, SWEEP, SWEEP / "base.yaml", axes, "val/loss", "minimize", 2, **settings, axes=axes
+    )
+    study = optuna.create_study()  # the grid's sampler stops the study at its last cell, outside an objective
+    for label, loss in zip(axes[0].labels, (float("inf"), 2.0), strict=True):  # one seed diverged
+        study.enqueue_trial({"seed_everything": label})
+        trial = study.ask()
+        trial.suggest_categorical("seed_everything", list(axes[0].labels))
+        trial.set_user_attr("metrics", {"val/mae": loss, "val/acc": 0.5})
+        study.tell(trial, 0.25)
+    (row,) = results.rows(plan, results.cell_results(study, plan))
+    assert row.means["val/mae"] == float("inf")
+    assert math.isnan(row.stds["val/mae"])
+    assert (row.means["val/acc"], row.stds["val/acc"]) == (0.5, 0.0)
+    assert "nan" in results.table(plan, [row])
+    assert [path.name for path in results.write_results(plan, [row])][:2] == ["results.csv", "results.md"]
 
 
 def test_the_same_command_on_a_finished_sweep_trains_nothing_and_prints_the_table(

@@ -9,6 +9,7 @@ error bars) where matplotlib is installed; the terminal table needs nothing.
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -102,11 +103,19 @@ def rows(plan: SweepPlan, results: dict[str, CellResult]) -> list[Row]:
         for name in names:
             values = [r.metrics[name] for r in done if r.metrics.get(name) is not None]
             means[name] = statistics.fmean(values) if values else None
-            stds[name] = statistics.stdev(values) if len(values) > 1 else None
+            stds[name] = spread(values)
         ranked = sorted((r for r in done if r.value is not None), key=lambda r: sign * r.value)  # type: ignore[operator]
         seconds = statistics.fmean(r.seconds for r in done) if done else None
         out.append(Row(labels, members, means, stds, ranked[0].name if ranked else None, seconds))
     return out
+
+
+def spread(values: list[float]) -> float | None:
+    """The standard deviation of a metric over seeds (``None`` for one value); NaN where a value is NaN or infinite
+    (``statistics.stdev`` raises on them, and a diverged seed must not lose the whole table)."""
+    if len(values) < 2:
+        return None
+    return statistics.stdev(values) if all(math.isfinite(value) for value in values) else math.nan
 
 
 def table(plan: SweepPlan, found: list[Row]) -> str:
