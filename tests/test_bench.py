@@ -78,7 +78,7 @@ def test_bench_runner_tiny(installed: Callable[..., Path], tmp_path: Path) -> No
     assert "Machine: " in table
 
 
-@pytest.mark.slow
+@pytest.mark.bench  # `make test-bench`, with the other benchmark scripts
 def test_overhead_profile_lists_where_fit_spends_more_than_the_loop(
     installed: Callable[..., Path], tmp_path: Path
 ) -> None:
