@@ -51,8 +51,9 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) fit --trainer.enable_progress_bar false
 	cd $(PROJECT) && $(BIN)/$(PACKAGE) validate --ckpt_path best --trainer.enable_progress_bar false
 
-# Two workers, each taking the next test: runkit's suite (in 4 parts, tests/test_runkit.py) and the default project's
-# whole suite start first, then the rest; idle ones steal work. Left out, each with its own target: runkit's `faults`
+# Two workers, the longest tests first (tests/durations.json: runkit's suite in 4 parts, tests/test_runkit.py, the
+# default project's whole suite, the upgrade, ...), dealt to them in turn; an idle one steals the other's short tail.
+# Left out, each with its own target: runkit's `faults`
 # tests (test-faults), the benchmark scripts (test-bench), GPU-only tests (test-gpu: they skip here), the stacks and
 # the installs (test-stacks, test-installs).
 test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
