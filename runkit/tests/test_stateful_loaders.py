@@ -146,7 +146,8 @@ def test_fit_says_once_what_a_resume_will_not_reproduce(in_tmp: Any, given: str)
             pairs = TensorDataset(torch.randn(16, 16), torch.randn(16, 1))
             trainer.fit(SequenceRegressor(), StatefulDataLoader(pairs, batch_size=4, num_workers=2))
     # Lightning 2.6 drops a StatefulDataLoader's iterator without ending its workers (it ends torch's own iterator's
-    # only): collected here, they end at once; left to a later collection, in another test, each took its 5 s join.
+    # only). Collected here, where their shutdown belongs (in a long test process, up to a 5 s join per worker), not in
+    # whichever test the next collection falls: it was test_compiled_shapes', 50 s.
     del trainer
     gc.collect()
     ours = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
