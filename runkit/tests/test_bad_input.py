@@ -534,6 +534,12 @@ def test_another_callback_monitoring_a_metric_logged_per_step_and_per_epoch_is_r
         "error: trainer.callbacks: EarlyStopping.monitor: SequenceRegressor logs 'train/loss' per step and per epoch"
         " (train/loss_step, train/loss_epoch), never as 'train/loss': monitor train/loss_epoch"
     )
+    # Refused once it trained: the run stays, its session ended and its lock given back (a resume is not refused).
+    (run,) = Path("runs/fixture").iterdir()
+    assert not (run / ".lock").exists()
+    (session,) = yaml.safe_load((run / "provenance.yaml").read_text())["sessions"]
+    assert session["status"] != "running"
+    assert "ended" in session
 
 
 @pytest.mark.parametrize(

@@ -199,6 +199,8 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
                         if files is not None:
                             files.restore()
                         discard_new_run(self)
+                    else:  # it trained: the run keeps what it saved, and its session ends and gives the lock back
+                        self.session.end(error)
                     self._refuse(error)
                 exit_if_store_lost(self.session.directory, error, str(self.subcommand), self.session.release)
                 self.session.end(error)
