@@ -195,12 +195,7 @@ class ProjectCLI(SharedWhenCopied, SaysReplacedModel, FitKeepsItsModel, CLIInter
                 method(**arguments)
             except BaseException as error:
                 if isinstance(error, Exception) and setup.refuses(error):
-                    if not setup.trained:
-                        if files is not None:
-                            files.restore()
-                        discard_new_run(self)
-                    else:  # it trained: the run keeps what it saved, and its session ends and gives the lock back
-                        self.session.end(error)
+                    take_back(self, setup.trained, files, error)
                     self._refuse(error)
                 exit_if_store_lost(self.session.directory, error, str(self.subcommand), self.session.release)
                 self.session.end(error)
@@ -222,6 +217,17 @@ def predict_with_export(model: pl.LightningModule, ckpt_path: str) -> str | None
         return ckpt_path
     rank_zero_info(use_export(model, ckpt_path))
     return None
+
+
+def take_back(cli: ProjectCLI, trained: bool, files: RunFiles | None, error: Exception) -> None:
+    """What a command refused inside the Trainer leaves: before it trained, nothing (Lightning's files restored, a new
+    run removed); once it trained, the run with what it saved, its session ended and its lock given back."""
+    if trained:
+        cli.session.end(error)
+        return
+    if files is not None:
+        files.restore()
+    discard_new_run(cli)
 
 
 def discard_new_run(cli: ProjectCLI) -> None:
