@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -343,18 +344,21 @@ def test_a_sweep_yaml_holds_the_grid_and_what_every_cell_changes(
         ]
 
 
+def sweep_plan(*grid_flags: str) -> Any:
+    """The plan of a sweep of the fixture's ``SWEEP`` over ``grid_flags`` (``--grid`` values), monitoring val/loss."""
+    axes = tuple(submodule("search.grid").read_axes(list(grid_flags), lambda key: key))
+    settings = {"heartbeat_interval": 10, "grace_period": 60, "optuna_config": {}}
+    cells = math.prod(len(axis.labels) for axis in axes)
+    return submodule("search.cell").SweepPlan(
+        "sweep", None, SWEEP, SWEEP / "base.yaml", axes, "val/loss", "minimize", cells, **settings,
+        project=submodule("project").Project(), axes=axes,
+    )  # fmt: skip
+
+
 def test_the_table_of_a_running_sweep_shows_each_cell_where_it_stands(in_tmp: Path) -> None:
     cell, grid, results = submodule("search.cell"), submodule("search.grid"), submodule("search.results")
-    axes = tuple(grid.read_axes(["model.hidden=8,16", "seed_everything=1,2"], lambda key: key))
-    settings = {
-        "heartbeat_interval": 10,
-        "grace_period": 60,
-        "optuna_config": {},
-        "project": submodule("project").Project(),
-    }
-    plan = cell.SweepPlan(
-        "sweep", None, SWEEP, SWEEP / "base.yaml", axes, "val/loss", "minimize", 4, **settings, axes=axes
-    )
+    plan = sweep_plan("model.hidden=8,16", "seed_everything=1,2")
+    axes = plan.axes
     study = optuna.create_study(sampler=cell.GridOfCells([a.name for a in axes], [list(a.labels) for a in axes]))
 
     def started() -> tuple[optuna.Trial, str]:
@@ -389,17 +393,9 @@ def test_the_table_of_a_running_sweep_shows_each_cell_where_it_stands(in_tmp: Pa
 
 
 def test_a_seed_whose_metric_is_not_finite_gives_a_nan_spread_and_the_table_goes_on(in_tmp: Path) -> None:
-    cell, grid, results = submodule("search.cell"), submodule("search.grid"), submodule("search.results")
-    axes = tuple(grid.read_axes(["seed_everything=1,2"], lambda key: key))
-    settings = {
-        "heartbeat_interval": 10,
-        "grace_period": 60,
-        "optuna_config": {},
-        "project": submodule("project").Project(),
-    }
-    plan = cell.SweepPlan(
-        "sweep", None, SWEEP, SWEEP / "base.yaml", axes, "val/loss", "minimize", 2, **settings, axes=axes
-    )
+    results = submodule("search.results")
+    plan = sweep_plan("seed_everything=1,2")
+    axes = plan.axes
     study = optuna.create_study()  # the grid's sampler stops the study at its last cell, outside an objective
     for label, loss in zip(axes[0].labels, (float("inf"), 2.0), strict=True):  # one seed diverged
         study.enqueue_trial({"seed_everything": label})
