@@ -32,6 +32,7 @@ MODEL_PARALLEL = [
     "--trainer.strategy.data_parallel_size=2",
     "--trainer.strategy.tensor_parallel_size=1",
     "--model=fixture_task.ShardedRegressor",  # fully_shard over the data-parallel mesh
+    "--data.init_args.num_workers=2",  # loader workers per process, as the field runs
 ]
 
 
