@@ -19,6 +19,7 @@ from lightning.pytorch.demos import BoringModel
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
 from support import submodule
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 
 def test_every_private_name_the_kit_uses_exists() -> None:
@@ -254,6 +255,33 @@ def test_a_checkpoint_saved_as_an_epoch_starts_resumes_that_whole_epoch_once_mar
     marked = trainer()
     marked.fit(BoringModel(), ckpt_path=tmp_path / "marked.ckpt")
     assert (marked.global_step, marked.current_epoch) == (6, 2)
+
+
+class RefusedLoader(BoringModel):
+    def train_dataloader(self) -> Any:
+        raise ValueError("refused in the hook")
+
+
+def recording() -> bool:
+    """Whether a DataLoader made now records how it was made and each attribute set on it (Lightning's patches)."""
+    return hasattr(DataLoader(range(4)), "__pl_saved_args")
+
+
+@pytest.mark.parametrize("kit", [False, True], ids=["lightning-alone", "with-exact-resume"])
+def test_a_loader_hook_that_raises_leaves_no_patch_on_the_loader_classes(tmp_path: Path, kit: bool) -> None:
+    # lightning_internals.end_loader_recording: Lightning restores DataLoader's methods after a `yield` with no
+    # `finally`; left patched, later loaders kept every iterator they made, with its workers (20-50 s of joins).
+    callbacks = [submodule("safety.resume").ExactResume()] if kit else []
+    trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)  # fmt: skip
+    assert not recording()
+    try:
+        with pytest.raises(ValueError, match="refused in the hook"):
+            trainer.fit(RefusedLoader())
+        assert recording() is not kit  # Lightning 2.6 alone leaves them patched: the workaround is still needed
+    finally:
+        submodule("lightning_internals").end_loader_recording()
+    assert not recording()
 
 
 def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_the_context() -> None:

@@ -7,7 +7,6 @@ that the uninterrupted one went on to load, and a loader whose workers' draws ca
 
 from __future__ import annotations
 
-import gc
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -145,11 +144,6 @@ def test_fit_says_once_what_a_resume_will_not_reproduce(in_tmp: Any, given: str)
         else:  # its workers start before the kit sees it, with any map-style dataset
             pairs = TensorDataset(torch.randn(16, 16), torch.randn(16, 1))
             trainer.fit(SequenceRegressor(), StatefulDataLoader(pairs, batch_size=4, num_workers=2))
-    # Lightning 2.6 drops a StatefulDataLoader's iterator without ending its workers (it ends torch's own iterator's
-    # only). Collected here, where their shutdown belongs (in a long test process, up to a 5 s join per worker), not in
-    # whichever test the next collection falls: it was test_compiled_shapes', 50 s.
-    del trainer
-    gc.collect()
     ours = [str(warning.message) for warning in caught if "Exact resume" in str(warning.message)]
     assert len(ours) == 1
     if given == "hook":

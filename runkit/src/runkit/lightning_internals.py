@@ -20,6 +20,8 @@ from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 from lightning.pytorch.trainer import call
 from lightning.pytorch.tuner.lr_finder import _LRFinder
+from lightning_utilities.core.inheritance import get_all_subclasses
+from torch.utils.data import BatchSampler, DataLoader
 
 LRFinderResult = _LRFinder
 """What ``Tuner.lr_find`` returns (its results and ``plot``): the class is private."""
@@ -160,6 +162,24 @@ def restart_train_iterator(trainer: pl.Trainer) -> None:
     if fetcher is not None:
         fetcher.teardown()  # the current iterator's workers end first: no worker is forked beside a live set
         iter(fetcher)
+
+
+def end_loader_recording() -> None:
+    """Gives ``DataLoader``, ``BatchSampler`` and their subclasses back their own ``__init__``, ``__setattr__`` and
+    ``__delattr__``, after a ``*_dataloader`` hook raised.
+
+    While a hook runs, Lightning patches them to record how each loader is made and every attribute set on it
+    (``_replace_dunder_methods``, to remake loaders), and restores them after a ``yield`` with no ``finally``. A hook
+    that raised (the kit's own refusals among them) left them patched for the rest of the process: every later
+    loader kept every iterator it made in its record, with the iterator's idle workers, until the loader was
+    collected (a 5 s join per worker then). A search or sweep worker runs its trials in one such process.
+    """
+    for base in (DataLoader, BatchSampler):
+        for cls in get_all_subclasses(base) | {base}:
+            for name in ("__setattr__", "__delattr__", "__init__"):
+                if (own := cls.__dict__.get(f"__old{name}")) is not None:
+                    setattr(cls, name, own)
+                    delattr(cls, f"__old{name}")
 
 
 class FitKeepsItsModel:

@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 from ..lightning_internals import (
+    end_loader_recording,
     epoch_restarted,
     restart_train_iterator,
     unread_loader_states,
@@ -201,6 +202,7 @@ class ExactResume(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._unwrap()
+        end_loader_recording()  # a hook that raised left Lightning's loader patches in place
 
     def _unwrap(self) -> None:
         while self._wrapped:
