@@ -20,7 +20,6 @@ from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
 from lightning.pytorch.trainer import call
 from lightning.pytorch.tuner.lr_finder import _LRFinder
-from lightning_utilities.core.inheritance import get_all_subclasses
 from torch.utils.data import BatchSampler, DataLoader
 
 LRFinderResult = _LRFinder
@@ -174,12 +173,13 @@ def end_loader_recording() -> None:
     loader kept every iterator it made in its record, with the iterator's idle workers, until the loader was
     collected (a 5 s join per worker then). A search or sweep worker runs its trials in one such process.
     """
-    for base in (DataLoader, BatchSampler):
-        for cls in get_all_subclasses(base) | {base}:
-            for name in ("__setattr__", "__delattr__", "__init__"):
-                if (own := cls.__dict__.get(f"__old{name}")) is not None:
-                    setattr(cls, name, own)
-                    delattr(cls, f"__old{name}")
+    classes = [DataLoader, BatchSampler]
+    for cls in classes:
+        classes.extend(cls.__subclasses__())  # the classes Lightning patched: each base's, at any depth
+        for name in ("__setattr__", "__delattr__", "__init__"):
+            if (own := cls.__dict__.get(f"__old{name}")) is not None:
+                setattr(cls, name, own)
+                delattr(cls, f"__old{name}")
 
 
 class FitKeepsItsModel:
