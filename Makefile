@@ -56,8 +56,10 @@ main: $(VENV)/.installed ## Bake a project with the default answers, train it on
 # Left out, each with its own target: runkit's `faults`
 # tests (test-faults), the benchmark scripts (test-bench), GPU-only tests (test-gpu: they skip here), the stacks and
 # the installs (test-stacks, test-installs).
+# One torch thread per process (OMP_NUM_THREADS=1): the two workers and the commands and DDP processes they start
+# already fill the cores, and a second thread each only spun waiting (runkit's part 2: 10 % less CPU, the same time).
 test: setup ## Run every test: lint, hooks, bakes, runkit's suite once, and each generated project's own suite.
-	$(SERVERS) $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
+	$(SERVERS) OMP_NUM_THREADS=1 $(BIN)/python -m pytest --numprocesses 2 --dist worksteal --durations=15
 
 # Long (two multi-GB installs, two whole suites: ~25 min on 2 cores) and apart from `make test`: run it when moving
 # the generated pyproject.toml's ranges. ARGS: e.g. --only '[lowest]' --keep true
