@@ -27,6 +27,9 @@ NOT_FOR_FIT = (
     "mlflow",
     "wandb",
     "matplotlib",
+    "s3fs",  # Lightning's `_is_dir` imported it wherever installed (lightning_internals/storage.py)
+    "gcsfs",
+    "adlfs",
 )
 
 

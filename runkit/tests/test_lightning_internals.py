@@ -1,5 +1,5 @@
-"""The private Lightning APIs the kit uses (``kit/lightning_internals.py``) exist in the installed Lightning, and the
-Lightning behaviour each works around is still there: an upgrade that changes one fails here, by name."""
+"""The private Lightning APIs the kit uses (``src/runkit/lightning_internals/``) exist in the installed Lightning,
+and the Lightning behaviour each works around is still there: an upgrade that changes one fails here, by name."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.fabric.strategies.fsdp import _is_sharded_checkpoint
+from lightning.fabric.utilities import cloud_io
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.demos import BoringModel
@@ -44,7 +45,7 @@ def test_every_private_name_the_kit_uses_exists() -> None:
     assert trainer._accelerator_connector.use_distributed_sampler is True  # uses_distributed_sampler
     assert pl.callbacks.BatchSizeFinder()._early_exit is False  # end_fit_when_found
     assert callable(trainer._data_connector.attach_data)  # attach_for_fit
-    internals = submodule("lightning_internals")
+    internals = submodule("lightning_internals.tools")
     assert internals.LRFinderResult.__name__ == "_LRFinder"  # what Tuner.lr_find returns
     assert callable(internals.call._call_lightning_datamodule_hook)  # attach_for_fit
     nested = {"optimizer": {"class_path": "AdamW", "init_args": {"lr": 0.1}}, "layers": [2, 3]}
@@ -269,8 +270,8 @@ def recording() -> bool:
 
 @pytest.mark.parametrize("kit", [False, True], ids=["lightning-alone", "with-exact-resume"])
 def test_a_loader_hook_that_raises_leaves_no_patch_on_the_loader_classes(tmp_path: Path, kit: bool) -> None:
-    # lightning_internals.end_loader_recording: Lightning restores DataLoader's methods after a `yield` with no
-    # `finally`; left patched, later loaders kept every iterator they made, with its workers (20-50 s of joins).
+    # lightning_internals.end_loader_recording: Lightning restores DataLoader's methods after a `yield`
+    # with no `finally`; left patched, later loaders kept every iterator they made, with its workers (20-50 s of joins).
     callbacks = [submodule("safety.resume").ExactResume()] if kit else []
     trainer = pl.Trainer(default_root_dir=tmp_path, max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)  # fmt: skip
@@ -282,6 +283,27 @@ def test_a_loader_hook_that_raises_leaves_no_patch_on_the_loader_classes(tmp_pat
     finally:
         submodule("lightning_internals").end_loader_recording()
     assert not recording()
+
+
+def test_lightning_imports_every_object_store_to_tell_a_local_folder_and_the_kit_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # lightning_internals/__init__.py: Lightning's `_is_dir` imported s3fs (aiobotocore,
+    # aiohttp, urllib3 with it) wherever it was installed, on every local fit.
+    internals = submodule("lightning_internals")
+    asked: list[str] = []
+    monkeypatch.setattr(cloud_io, "module_available", lambda name: asked.append(name) or False)
+    local = cloud_io.get_filesystem(tmp_path)
+    assert internals.LIGHTNING_IS_OBJECT_STORAGE(local) is False
+    assert sorted(asked) == ["adlfs", "gcsfs", "s3fs"]  # Lightning 2.6 still imports each: the workaround is needed
+    asked.clear()
+    internals.check_object_storage_without_imports()
+    assert cloud_io._is_dir(local, tmp_path, strict=True)
+    assert asked == []
+    monkeypatch.undo()
+    s3 = pytest.importorskip("s3fs").S3FileSystem(anon=True, skip_instance_cache=True)  # asks the store nothing yet
+    assert internals.is_object_storage(s3) is internals.LIGHTNING_IS_OBJECT_STORAGE(s3) is True
+    assert internals.is_object_storage(cloud_io.get_filesystem("memory://x")) is False
 
 
 def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_the_context() -> None:

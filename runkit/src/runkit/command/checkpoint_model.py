@@ -2,7 +2,7 @@
 settings the command gave that the checkpoint's replace are said in one line.
 
 LightningCLI builds these commands' model from the checkpoint's hyperparameters (``FitKeepsItsModel`` in
-``lightning_internals.py``): a preset (``-c configs/example/groupnorm.yaml``) or a flag was dropped without a word.
+``lightning_internals/``): a preset (``-c configs/example/groupnorm.yaml``) or a flag was dropped without a word.
 The command goes on with the checkpoint's model rather than being refused: its weights were trained in that model
 (another architecture would not load them), and settings that do not change what is evaluated (the optimizer, the
 schedule, as stacked from training presets) should not stop an evaluation. Settings the command only inherits

@@ -28,7 +28,7 @@ from ..bad_input import (
     innermost_cause,
     refused_parse,
 )
-from ..lightning_internals import CLIInternals, FitKeepsItsModel
+from ..lightning_internals import CLIInternals, FitKeepsItsModel, check_object_storage_without_imports
 from ..observe.first_screen import quiet_lightning
 from ..project import Project, drop_unlanded_links
 from ..run.config import follow_the_folder, with_newest_run_config
@@ -254,6 +254,7 @@ def build_cli(
     """
     project = project or Project()
     quiet_lightning()  # Lightning's lines about itself (observe/first_screen.py)
+    check_object_storage_without_imports()  # a local run imports no object store's package
     given = sys.argv[1:] if args is None else [str(arg) for arg in args] if isinstance(args, (list, tuple)) else []
     # Each subcommand has its own parser: give every one the defaults and the no-abbreviations rule. Without
     # `run` there are no subcommands, and the main parser is the one that reads the config.

@@ -26,7 +26,7 @@ from .records import FILE, read_record, session_status
 
 FOLDER_TIME = "%Y-%m-%d_%H-%M-%S"
 CHECKPOINTS = "checkpoints"
-SHARDED_METADATA = "meta.pt"  # Lightning's (lightning_internals.SHARDED_METADATA), named here: `runs` loads no torch
+SHARDED_METADATA = "meta.pt"  # Lightning's (lightning_internals/), named here: `runs` loads no torch
 ALIASES = ("best", "last")  # `--ckpt_path` values that name a file of a run's `checkpoints/`
 LIGHTNING_ALIASES = ("hpc", "registry")  # values that Lightning resolves itself
 

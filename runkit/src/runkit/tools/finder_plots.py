@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 
-from ..lightning_internals import LRFinderResult
+from ..lightning_internals.tools import LRFinderResult
 from ..store import RunPath
 
 

@@ -32,7 +32,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.parsing import lightning_hasattr
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-from ..lightning_internals import end_fit_when_found, request_stop, run_exactly
+from ..lightning_internals import request_stop
+from ..lightning_internals.tools import end_fit_when_found, run_exactly
 from ..project import current
 from ..safety.signals import STOP, STOPS, exit_code
 from ..store import location

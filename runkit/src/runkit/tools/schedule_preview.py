@@ -14,7 +14,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
 
 from ..bad_input import BadInputError
-from ..lightning_internals import attach_for_fit, configured_optimizers, end_fit_loop
+from ..lightning_internals.tools import attach_for_fit, configured_optimizers, end_fit_loop
 
 
 def learning_rates(

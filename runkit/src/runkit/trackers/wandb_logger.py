@@ -15,7 +15,7 @@ from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ..lightning_internals import flat_hyperparameters
+from ..lightning_internals.tools import flat_hyperparameters
 
 
 class RunWandbLogger(WandbLogger):

@@ -1,29 +1,27 @@
 """Every use of a private Lightning API in the kit, in one place, each with the reason and a test that names it.
 
 Private names change between Lightning minors without notice: ``pyproject.toml`` bounds ``lightning`` to the
-minors these are tested on, and ``tests/kit/test_lightning_internals.py`` checks each one against the installed
+minors these are tested on, and ``tests/test_lightning_internals.py`` checks each one against the installed
 Lightning, so an upgrade that breaks one fails there, by name, not somewhere deep in a run.
+
+Here: those the commands use (the Trainer's and its loops' state, LightningCLI's parts, the checkpoint layouts and
+the object store test). ``tools.py``: those only the opt-in tools reach (the finders, the schedule preview, W&B).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import lightning.pytorch as pl
+from fsspec import AbstractFileSystem
 from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.fabric.utilities import cloud_io
 from lightning.fabric.utilities.load import _METADATA_FILENAME
-from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
-from lightning.pytorch.callbacks import BatchSizeFinder
-from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, Strategy
-from lightning.pytorch.trainer import call
-from lightning.pytorch.tuner.lr_finder import _LRFinder
 from torch.utils.data import BatchSampler, DataLoader
-
-LRFinderResult = _LRFinder
-"""What ``Tuner.lr_find`` returns (its results and ``plot``): the class is private."""
 
 
 def take_over_signals(trainer: pl.Trainer) -> None:
@@ -76,35 +74,6 @@ def cluster_environment(trainer: pl.Trainer) -> ClusterEnvironment:
 def uses_distributed_sampler(trainer: pl.Trainer) -> bool:
     """Whether Lightning shards the training data itself (``Trainer(use_distributed_sampler=...)`` has no getter)."""
     return bool(getattr(trainer._accelerator_connector, "use_distributed_sampler", True))
-
-
-def attach_for_fit(trainer: pl.Trainer, model: pl.LightningModule, datamodule: pl.LightningDataModule | None) -> None:
-    """Connects model and data to the Trainer and sets the data up as ``fit`` does, without fitting (``schedule``
-    counts a run's steps so). ``fit`` alone does this; its parts are private."""
-    trainer.strategy.connect(model)
-    trainer._data_connector.attach_data(model, datamodule=datamodule)
-    if hasattr(trainer.strategy, "set_world_ranks"):
-        trainer.strategy.set_world_ranks()  # what each launched process sees: the world size shards the data
-    if datamodule is not None:
-        call._call_lightning_datamodule_hook(trainer, "prepare_data")
-        call._call_lightning_datamodule_hook(trainer, "setup", stage="fit")
-
-
-def flat_hyperparameters(params: dict[str, Any] | Any) -> dict[str, Any]:
-    """Hyperparameters as Lightning's MLflow logger flattens them (``optimizer/init_args/lr``), for a logger that
-    should hold the same keys (``trackers/wandb_logger.py``): ``_convert_params`` and ``_flatten_dict`` are private."""
-    return _flatten_dict(_convert_params(params))
-
-
-def configured_optimizers(model: pl.LightningModule) -> tuple[list[Any], list[Any]]:
-    """The optimizers and scheduler configs of ``model.configure_optimizers``, normalised as ``fit`` does."""
-    return _init_optimizers_and_lr_schedulers(model)
-
-
-def end_fit_when_found(finder: BatchSizeFinder) -> None:
-    """Makes ``fit`` end once the batch size search is done, as Lightning's ``Tuner.scale_batch_size`` does (a
-    private flag of the callback)."""
-    finder._early_exit = True
 
 
 def logged_names(trainer: pl.Trainer) -> set[str]:
@@ -182,6 +151,78 @@ def end_loader_recording() -> None:
                 delattr(cls, f"__old{name}")
 
 
+VALIDATION_NOT_DONE = {
+    "total": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
+    "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
+    "is_last_batch": False,
+}
+"""The validation loop's progress as Lightning saves it when interrupted in the step of its first batch: resuming from
+it runs the whole validation again (Lightning's RESTARTED_MID_EVALUATION)."""
+
+
+def mark_validation_not_done(checkpoint: dict[str, Any]) -> None:
+    """Records in ``checkpoint`` the fit loop's validation as not run yet, so that a resume runs it from its first
+    batch (a validation cut short by a stop: Lightning would skip what is left of it). The loops' saved state is
+    Lightning's private format."""
+    checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = VALIDATION_NOT_DONE
+
+
+def mark_epoch_not_started(checkpoint: dict[str, Any]) -> None:
+    """Records in ``checkpoint`` the epoch the fit loop had just made ready as not begun, as a stop at the previous
+    epoch's end saves it: Lightning 2.6 resumes a checkpoint saved in ``on_train_epoch_start`` with the previous
+    epoch's batch counts and skips the whole epoch. The loops' saved state is Lightning's private format."""
+    progress = checkpoint["loops"]["fit_loop"]["epoch_progress"]
+    for counts in (progress["total"], progress["current"]):
+        counts["ready"] = counts["started"]
+
+
+def epochs_completed(trainer: pl.Trainer) -> int:
+    """Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint; the
+    loops' progress counters are not public API)."""
+    return int(trainer.fit_loop.epoch_progress.current.processed)
+
+
+SHARDED_METADATA: str = _METADATA_FILENAME
+"""The file of a sharded checkpoint's folder that holds everything but the weights and optimizer states (``meta.pt``):
+Lightning's sharded loads read it, and take a folder that has it for a sharded checkpoint (``_is_sharded_checkpoint``);
+the name is private."""
+
+
+def saves_sharded(strategy: Strategy) -> bool:
+    """Whether ``strategy`` saves checkpoints as folders of shards: ``FSDPStrategy(state_dict_type="sharded")`` or
+    ``ModelParallelStrategy(save_distributed_checkpoint=True)`` (its default). Both settings are private attributes."""
+    if isinstance(strategy, FSDPStrategy):
+        return strategy._state_dict_type == "sharded"
+    if isinstance(strategy, ModelParallelStrategy):
+        return bool(strategy._save_distributed_checkpoint)
+    return False
+
+
+def sharded_state(strategy: Strategy, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Takes the weights and optimizer states out of ``checkpoint``, keyed as the strategy's sharded load reads them
+    (``FSDPStrategy``: ``model``, ``ModelParallelStrategy``: ``state_dict``; ``optimizer_<i>`` each): the layout its
+    ``save_checkpoint`` writes with ``torch.distributed.checkpoint`` is Lightning's private format."""
+    state = {"model" if isinstance(strategy, FSDPStrategy) else "state_dict": checkpoint.pop("state_dict")}
+    state.update({f"optimizer_{index}": value for index, value in enumerate(checkpoint.pop("optimizer_states", []))})
+    return state
+
+
+LIGHTNING_IS_OBJECT_STORAGE = cloud_io._is_object_storage  # Lightning's own, which the kit's replaces (its test)
+
+
+def is_object_storage(fs: AbstractFileSystem) -> bool:
+    """Lightning's ``cloud_io._is_object_storage`` without its imports: it imported s3fs, gcsfs and adlfs wherever
+    installed, so every local ``fit`` imported s3fs (``ModelCheckpoint.setup``; 0.19 s of the 3 s of CPU of a small
+    one here). A file system of theirs exists only once its package is imported."""
+    stores = {"s3fs": "S3FileSystem", "gcsfs": "GCSFileSystem", "adlfs": "AzureBlobFileSystem"}
+    return any(isinstance(fs, getattr(sys.modules[name], cls)) for name, cls in stores.items() if name in sys.modules)
+
+
+def check_object_storage_without_imports() -> None:
+    """Lightning's ``_is_dir`` asks ``is_object_storage`` from now on (``cloud_io`` reads the name as it runs)."""
+    cloud_io._is_object_storage = is_object_storage
+
+
 class FitKeepsItsModel:
     """LightningCLI mixin: ``fit --ckpt_path <file>`` builds the model the command names, not the checkpoint's.
 
@@ -228,72 +269,3 @@ class CLIInternals:
     def run_subcommand(self, subcommand: str, arguments: dict[str, Any]) -> None:
         """Runs the subcommand (the Trainer's method of that name) with ``arguments``; a subclass stands around it."""
         getattr(self.trainer, subcommand)(**arguments)  # type: ignore[attr-defined]
-
-
-VALIDATION_NOT_DONE = {
-    "total": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
-    "current": {"ready": 1, "started": 1, "processed": 0, "completed": 0},
-    "is_last_batch": False,
-}
-"""The validation loop's progress as Lightning saves it when interrupted in the step of its first batch: resuming from
-it runs the whole validation again (Lightning's RESTARTED_MID_EVALUATION)."""
-
-
-def mark_validation_not_done(checkpoint: dict[str, Any]) -> None:
-    """Records in ``checkpoint`` the fit loop's validation as not run yet, so that a resume runs it from its first
-    batch (a validation cut short by a stop: Lightning would skip what is left of it). The loops' saved state is
-    Lightning's private format."""
-    checkpoint["loops"]["fit_loop"]["epoch_loop.val_loop.batch_progress"] = VALIDATION_NOT_DONE
-
-
-def mark_epoch_not_started(checkpoint: dict[str, Any]) -> None:
-    """Records in ``checkpoint`` the epoch the fit loop had just made ready as not begun, as a stop at the previous
-    epoch's end saves it: Lightning 2.6 resumes a checkpoint saved in ``on_train_epoch_start`` with the previous
-    epoch's batch counts and skips the whole epoch. The loops' saved state is Lightning's private format."""
-    progress = checkpoint["loops"]["fit_loop"]["epoch_progress"]
-    for counts in (progress["total"], progress["current"]):
-        counts["ready"] = counts["started"]
-
-
-def epochs_completed(trainer: pl.Trainer) -> int:
-    """Epochs whose training is complete (the loop counts one as processed before its end-of-epoch checkpoint; the
-    loops' progress counters are not public API)."""
-    return int(trainer.fit_loop.epoch_progress.current.processed)
-
-
-def end_fit_loop(trainer: pl.Trainer) -> None:
-    """Tears the fit loop down (its DataLoader workers end) after the train loader was made outside ``fit``
-    (``estimated_stepping_batches``); the loop's teardown is private."""
-    trainer.fit_loop.teardown()
-
-
-def run_exactly(trainer: pl.Trainer, steps: int) -> None:
-    """Makes the next ``fit`` run ``steps`` optimizer steps, whatever the configured run's length (the finders' trials):
-    Lightning's tuner sets the loops' limits the same way, privately."""
-    trainer.fit_loop.max_epochs = -1
-    trainer.fit_loop.epoch_loop.max_steps = steps
-
-
-SHARDED_METADATA: str = _METADATA_FILENAME
-"""The file of a sharded checkpoint's folder that holds everything but the weights and optimizer states (``meta.pt``):
-Lightning's sharded loads read it, and take a folder that has it for a sharded checkpoint (``_is_sharded_checkpoint``);
-the name is private."""
-
-
-def saves_sharded(strategy: Strategy) -> bool:
-    """Whether ``strategy`` saves checkpoints as folders of shards: ``FSDPStrategy(state_dict_type="sharded")`` or
-    ``ModelParallelStrategy(save_distributed_checkpoint=True)`` (its default). Both settings are private attributes."""
-    if isinstance(strategy, FSDPStrategy):
-        return strategy._state_dict_type == "sharded"
-    if isinstance(strategy, ModelParallelStrategy):
-        return bool(strategy._save_distributed_checkpoint)
-    return False
-
-
-def sharded_state(strategy: Strategy, checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """Takes the weights and optimizer states out of ``checkpoint``, keyed as the strategy's sharded load reads them
-    (``FSDPStrategy``: ``model``, ``ModelParallelStrategy``: ``state_dict``; ``optimizer_<i>`` each): the layout its
-    ``save_checkpoint`` writes with ``torch.distributed.checkpoint`` is Lightning's private format."""
-    state = {"model" if isinstance(strategy, FSDPStrategy) else "state_dict": checkpoint.pop("state_dict")}
-    state.update({f"optimizer_{index}": value for index, value in enumerate(checkpoint.pop("optimizer_states", []))})
-    return state
