@@ -365,7 +365,7 @@ def test_kill_9_while_saving_never_leaves_a_broken_checkpoint(tmp_path: Path, at
     for _ in range(12):
         writer = fork.Process(target=_save_forever, args=(path, checkpoint, atomic))
         writer.start()
-        writer.join(timeout=delays.uniform(0.2, 0.6))  # let it save a few times, then kill it, mostly mid-write
+        writer.join(timeout=delays.uniform(0.05, 0.2))  # a save takes 7-13 ms here: kill it after a few, mid-write
         os.kill(writer.pid, signal.SIGKILL)
         writer.join()
         assert writer.exitcode == -signal.SIGKILL
