@@ -195,7 +195,8 @@ def test_a_refused_root_names_the_bucket_in_one_line(in_tmp: Path, s3: S3Server,
 
 def test_missing_credentials_name_the_root_and_the_variables(in_tmp: Path, s3: S3Server) -> None:
     # botocore's `Unable to locate credentials` alone named neither the run root nor what to set.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    env = {key: "" for key in keys if key in os.environ}  # launch passes os.environ on; botocore reads "" as unset
     env.update(AWS_ENDPOINT_URL=s3.env["AWS_ENDPOINT_URL"], AWS_SHARED_CREDENTIALS_FILE="none", AWS_CONFIG_FILE="none")
     env.update(AWS_EC2_METADATA_DISABLED="true")  # no instance metadata service to wait for
     done = launch(PACKAGE, "fit", f"--trainer.default_root_dir=s3://{s3.bucket}/runs", cwd=in_tmp, env=env)
