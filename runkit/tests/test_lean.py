@@ -27,7 +27,7 @@ NOT_FOR_FIT = (
     "mlflow",
     "wandb",
     "matplotlib",
-    "s3fs",  # Lightning's `_is_dir` imported it wherever installed (lightning_internals/storage.py)
+    "s3fs",  # Lightning's `_is_dir` imported it wherever installed (lightning_internals.is_object_storage)
     "gcsfs",
     "adlfs",
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -288,8 +289,8 @@ def test_a_loader_hook_that_raises_leaves_no_patch_on_the_loader_classes(tmp_pat
 def test_lightning_imports_every_object_store_to_tell_a_local_folder_and_the_kit_none(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # lightning_internals/__init__.py: Lightning's `_is_dir` imported s3fs (aiobotocore,
-    # aiohttp, urllib3 with it) wherever it was installed, on every local fit.
+    # lightning_internals.is_object_storage: Lightning's `_is_dir` imported s3fs (aiobotocore, aiohttp, urllib3 with
+    # it) wherever it was installed, on every local fit.
     internals = submodule("lightning_internals")
     asked: list[str] = []
     monkeypatch.setattr(cloud_io, "module_available", lambda name: asked.append(name) or False)
@@ -304,6 +305,8 @@ def test_lightning_imports_every_object_store_to_tell_a_local_folder_and_the_kit
     s3 = pytest.importorskip("s3fs").S3FileSystem(anon=True, skip_instance_cache=True)  # asks the store nothing yet
     assert internals.is_object_storage(s3) is internals.LIGHTNING_IS_OBJECT_STORAGE(s3) is True
     assert internals.is_object_storage(cloud_io.get_filesystem("memory://x")) is False
+    monkeypatch.setitem(sys.modules, "gcsfs", None)  # how a test or an app blocks a package's import
+    assert internals.is_object_storage(local) is False
 
 
 def test_around_process_group_setup_runs_the_strategys_environment_setup_inside_the_context() -> None:
